@@ -1,0 +1,45 @@
+"""Test settings: offline hub, one torch thread, the shared evaluation data, the default model once."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    """``../shared/data`` (MMLU, WikiText-2, Spec-Bench); tests needing it skip when it is absent."""
+    from workbench.data import shared_data_dir
+
+    d = shared_data_dir()
+    if d is None:
+        pytest.skip("../shared/data is not present")
+    return d
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """The built-in SmolLM2-135M-Instruct (float32, CPU), loaded once per session: ``(model, tokenizer)``."""
+    from workbench.models import load_model
+
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def mmlu_test(shared_data):
+    from workbench.data import load_mmlu
+
+    return load_mmlu(shared_data / "mmlu", split="test")
+
+
+@pytest.fixture(scope="session")
+def mmlu_dev(shared_data):
+    from workbench.data import load_mmlu
+
+    return load_mmlu(shared_data / "mmlu", split="dev")

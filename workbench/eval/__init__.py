@@ -1,0 +1,1 @@
+"""Evaluation against ground truth (MMLU) and against the full-precision model (fidelity)."""
