@@ -1,0 +1,46 @@
+# Two commands for a new user (each sets itself up: creates .venv if missing, installs the pins):
+#   make reports   execute every notebook headless on the built-in model -> reports/*.ipynb + *.html
+#   make test      unit and cross-check tests, plus every notebook under nbmake at smoke sizes
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.workbench-installed
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+export HF_HUB_OFFLINE ?= 0
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup reports test test-fast lint clean-reports
+
+setup: $(STAMP)
+
+$(STAMP): requirements/cpu.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements/cpu.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+reports: $(STAMP)
+	@mkdir -p reports
+	@set -e; for nb in $(NOTEBOOKS); do \
+	  echo "== $$nb"; start=$$(date +%s); \
+	  $(PY) -m jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=-1 \
+	      --output-dir reports "$$nb"; \
+	  $(PY) -m jupyter nbconvert --to html --output-dir reports "reports/$$(basename $$nb)"; \
+	  echo "   $$nb took $$(( $$(date +%s) - start )) s"; \
+	done
+	@echo "reports written to reports/"
+
+# Tests run offline, one torch thread (tests/conftest.py); notebooks at smoke sizes (WB_SMOKE=1).
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WB_SMOKE=1 WORKBENCH_RESULTS=$${WORKBENCH_RESULTS:-$$(mktemp -d)} \
+	  $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=900 -p no:cacheprovider $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest tests -m "not slow and not reference" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check workbench tests benchmarks
+
+clean-reports:
+	rm -rf reports
