@@ -86,6 +86,19 @@ def _choice_ids(tok, context: str) -> list[int]:
     return ids
 
 
+def _last_logits(model, ids, pos, cache, last) -> torch.Tensor:
+    """Logits ``[B, vocab]`` at position ``last[b]`` of each row. The output head runs on those B
+    positions only (the decoder's hidden states are gathered first): identical numbers, and it skips
+    ``B * T * vocab`` of head work and memory on every batch."""
+    rows = torch.arange(ids.shape[0], device=ids.device)
+    decoder, head = getattr(model, "model", None), model.get_output_embeddings()
+    if decoder is None or head is None or getattr(model.config, "final_logit_softcapping", None):
+        out = model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=cache is not None)
+        return out.logits[rows, last]
+    hidden = decoder(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=cache is not None)[0]
+    return head(hidden[rows, last])
+
+
 @torch.inference_mode()
 def _score_subject(model, ctxs: list[list[int]], shared: int, choice_ids: list[int], batch_size: int) -> np.ndarray:
     """Log-probabilities of the four answer letters for each context; returns float64 ``[n, 4]``."""
@@ -109,9 +122,9 @@ def _score_subject(model, ctxs: list[list[int]], shared: int, choice_ids: list[i
         if prefix_cache is not None:
             cache = copy.deepcopy(prefix_cache)
             cache.batch_repeat_interleave(len(idx))
-        logits = model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=cache is not None).logits
         last = torch.tensor([len(s) - 1 for s in suffixes], device=dev)
-        lp = torch.log_softmax(logits[torch.arange(len(idx), device=dev), last].double(), dim=-1)
+        logits = _last_logits(model, ids, pos, cache, last)
+        lp = torch.log_softmax(logits.double(), dim=-1)
         result[idx] = lp[:, cid].cpu().numpy()
     return result
 
