@@ -1,0 +1,165 @@
+"""Shared pieces of the H200 benchmarks: model configs, timers, floors, environment record."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+# Random-init configs (Llama-3-8B = the Llama-3.1-8B shape with llama3 RoPE scaling; published architecture hyper-parameters; no hub access on the device).
+QWEN2_7B = {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
+                "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768,
+                "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
+LLAMA3_8B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+                 "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                 "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "rope_theta": 500000.0,
+                 "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 8192}}
+QWEN2_0_5B = {"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+                  "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+                  "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
+CONFIGS = {"qwen2-7b": QWEN2_7B, "llama3-8b": LLAMA3_8B, "qwen2-0.5b": QWEN2_0_5B}
+
+
+def hf_config(d: dict):
+    """An HF config object from one of the dicts above."""
+    from transformers import AutoConfig
+
+    d = dict(d)
+    return AutoConfig.for_model(d.pop("model_type"), **d)
+
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU only for a smoke run of the scripts
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+
+
+def hf_model(d: dict, device=None, dtype=None):
+    """HF ``AutoModelForCausalLM`` random-initialised directly on ``device`` in ``dtype``."""
+    from transformers import AutoModelForCausalLM
+
+    device, dtype = device or DEVICE, dtype or DTYPE
+    with torch.device(device):
+        m = AutoModelForCausalLM.from_config(hf_config(d), dtype=dtype)
+    return m.eval()
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+class Stopwatch:
+    """Device-event timer on CUDA (no host sync between start and stop), wall clock on CPU."""
+
+    def start(self):
+        sync()
+        if DEVICE == "cuda":
+            self.a, self.b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.a.record()
+        else:
+            self.t0 = time.perf_counter()
+        return self
+
+    def stop(self) -> float:
+        """Milliseconds since :meth:`start` (synchronizes)."""
+        if DEVICE == "cuda":
+            self.b.record()
+            sync()
+            return self.a.elapsed_time(self.b)
+        return (time.perf_counter() - self.t0) * 1e3
+
+
+def wall_ms(fn, reps: int = 5, warmup: int = 1) -> float:
+    """Median wall time (ms) of ``fn()`` with device syncs around each call."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def graph_ms(fn, inner: int = 20, reps: int = 10) -> float:
+    """Median time (ms) of one ``fn()`` call replayed from a CUDA graph of ``inner`` calls
+    (device events; launch gaps removed as in a decode step's graph)."""
+    fn()
+    sync()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(inner):
+            fn()
+    g.replay()
+    sync()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        sync()
+        ts.append(a.elapsed_time(b) / inner)
+    return statistics.median(ts)
+
+
+def measure_floors(copy_gib: float = 4.0, n: int = 8192) -> dict:
+    """The two ceilings (METHOD.md): device-to-device copy bandwidth counting bytes read plus written,
+    and the bf16 ``n x n x n`` matmul rate on random data (cuBLAS via torch)."""
+    if DEVICE != "cuda":
+        copy_gib, n = 0.05, 512
+    numel = int(copy_gib * 2**30) // 2
+    x = torch.randn(numel, device=DEVICE, dtype=DTYPE)
+    y = torch.empty_like(x)
+    ms = wall_ms(lambda: y.copy_(x), reps=10, warmup=3)
+    copy_bw = 2 * numel * 2 / (ms * 1e-3)
+    x = y = None
+    a = torch.randn(n, n, device=DEVICE, dtype=DTYPE)
+    b = torch.randn(n, n, device=DEVICE, dtype=DTYPE)
+    mm_ms = wall_ms(lambda: a @ b, reps=10, warmup=3)
+    flops = 2 * n**3 / (mm_ms * 1e-3)
+    return {"copy_bw_Bps": copy_bw, "copy_ms": ms, "copy_bytes": 4 * numel, "matmul_flops": flops,
+            "matmul_ms": mm_ms, "matmul_n": n}
+
+
+def environment() -> dict:
+    """Device, versions and date for RESULTS.md."""
+    import transformers
+
+    env = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu", "torch": torch.__version__, "cuda": torch.version.cuda,
+           "transformers": transformers.__version__, "python": platform.python_version()}
+    for mod in ("triton", "gemlite"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except (ImportError, AttributeError):
+            env[mod] = None
+    return env
+
+
+class Recorder:
+    """Accumulates results and rewrites ``<out>/results.json`` after every section."""
+
+    def __init__(self, out_dir: str | None = None, name: str = "results.json"):
+        self.dir = Path(out_dir or os.environ.get("OUT", "data/results/benchmarks"))  # git-ignored
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / name
+        self.data: dict = {}
+
+    def put(self, key: str, value) -> None:
+        self.data[key] = value
+        self.path.write_text(json.dumps(self.data, indent=1, default=str))
+        print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value, default=str)[:600]}", flush=True)

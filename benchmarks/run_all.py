@@ -1,0 +1,121 @@
+"""Every H200 benchmark in one call: floors, GPU correctness, INT4 kernel choice, decode and prefill
+(Qwen2-7B, Llama-3-8B), synthetic speculative decoding; prints a short table, writes
+``$OUT/results.json`` (section by section, so a timeout keeps what finished).
+
+    python -m benchmarks.run_all [--skip spec,llama3-8b] [--backend auto|gemlite|tinygemm]
+
+Needs a CUDA GPU, and gemlite for its backend (carried as a wheel, see benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+import torch
+
+from benchmarks.bench_decode import bench_model
+from benchmarks.bench_spec import bench_spec
+from benchmarks.check_gpu import bench_int4, check_engine, choose_backend
+from benchmarks.common import QWEN2_0_5B, Recorder, environment, measure_floors
+from workbench.engine import Engine
+
+
+def _load_gemlite_config() -> None:
+    """gemlite ships tuned configs per GPU; the H200 has the H100's SMs, so use h100.json."""
+    try:
+        import os
+
+        import gemlite
+
+        path = os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json")
+        gemlite.load_config(path)
+    except ImportError:
+        pass
+
+
+def guarded(rec: Recorder, key: str, fn):
+    """Run one section; record its traceback instead of losing the sections after it."""
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - a failed section is reported in results.json and the log
+        import traceback
+
+        rec.put(f"error_{key}", traceback.format_exc()[-3000:])
+        return None
+
+
+def table(rec: Recorder) -> str:
+    lines = []
+    for key, rows in rec.data.items():
+        if key.startswith("decode_"):
+            for r in rows:
+                lines.append(f"{key[7:]:10s} {r['impl']:28s} B={r['batch']:<3d} {r['ms_per_token']:8.2f} ms/tok"
+                             + (f"  floor {r['floor_ms']:.2f}  x{r['x_floor']:.2f}" if "floor_ms" in r else ""))
+        if key.startswith("prefill_"):
+            for r in rows:
+                lines.append(f"{key[8:]:10s} prefill T={r['tokens']:<5d} {r['ms']:8.2f} ms  compute floor "
+                             f"{r['compute_floor_ms']:.2f}  x{r['ms'] / max(r['compute_floor_ms'], r['memory_floor_ms']):.2f}")
+        if key == "spec":
+            for r in rows:
+                lines.append(f"spec a={r['alpha']} k={r['k']} c={r['c']:.3f} realized {r['realized_speedup']:.2f} "
+                             f"theory {r['theoretical_speedup']:.2f} ratio {r['ratio']:.3f} tau {r['tau']:.2f}")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--skip", default="", help="comma list of: check,int4,qwen2-7b,llama3-8b,spec")
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--tiny", action="store_true", help="tiny configs: a CPU smoke run of the scripts")
+    a = p.parse_args()
+    skip = set(filter(None, a.skip.split(",")))
+    draft_cfg = QWEN2_0_5B
+    if a.tiny:
+        import benchmarks.common as C
+
+        small = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "vocab_size": 2048}
+        for name in C.CONFIGS:
+            C.CONFIGS[name] = {**C.CONFIGS[name], **small}
+        draft_cfg = {**QWEN2_0_5B, **small, "num_hidden_layers": 1}
+        skip.add("int4")
+    t0 = time.time()
+    rec = Recorder()
+    rec.put("env", environment())
+    _load_gemlite_config()
+    floors = measure_floors()
+    rec.put("floors", floors)
+    if "check" not in skip:
+        guarded(rec, "check", lambda: rec.put("check", check_engine()))
+    backend = "gemlite" if a.backend == "auto" else a.backend
+    rows = None if "int4" in skip else guarded(rec, "int4", bench_int4)
+    if rows:
+        rec.put("int4_kernels", rows)
+        if a.backend == "auto":
+            backend, speedups = choose_backend(rows)
+            rec.put("int4_choice", {"backend": backend, "block_speedup_vs_bf16_m1": speedups})
+    target = None
+    if "qwen2-7b" not in skip:
+        eng = guarded(rec, "qwen2-7b", lambda: bench_model("qwen2-7b", floors, rec, backend,
+                                                            keep_bf16="spec" not in skip, profile=True))
+        if eng is not None:
+            target = Engine(eng.spec, eng.w, eng.config, 1, 640, eng.dtype, eng.device)
+            del eng
+    if target is not None:
+        gc.collect()
+        torch.cuda.empty_cache()
+        draft = Engine.from_config(draft_cfg, max_batch=1, max_seq=640)
+        guarded(rec, "spec", lambda: rec.put("spec", bench_spec(target, draft)))
+        del target, draft
+        gc.collect()
+        torch.cuda.empty_cache()
+    if "llama3-8b" not in skip:
+        guarded(rec, "llama3-8b", lambda: bench_model("llama3-8b", floors, rec, backend))
+    rec.put("wall_s", time.time() - t0)
+    print(table(rec))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""The fast path: own Llama/Qwen2/SmolLM forward over a static KV cache, CUDA graphs for small steps.
+
+Terms (see :mod:`workbench.engine.api`): a *slot* is one row of the KV cache; ``extend_batch``
+appends right-padded tokens ``[B, T]`` to slots ``[B]``, each at its own position. Steps with
+``T <= graph_max_t`` (decode ``T == 1``, verify ``T == k + 1``) replay a CUDA graph captured on first
+use for that ``(B, T)``; longer steps (prefill) run eagerly. On CPU the same code runs without graphs.
+
+KV cache: keys and values ``[layers, max_batch, kv_heads, S_cache, head_dim]`` with
+``S_cache = round_up(max_seq + 1, 16)``; position ``max_seq`` is a scratch row that padded tokens
+write to and no valid query attends to. Attention is ``F.scaled_dot_product_attention`` with an
+explicit additive mask (key ``s`` visible to the query at position ``p`` iff ``s <= p``) over the
+whole cache row in graph steps and over the columns in use in eager steps, with the query heads
+grouped per KV head so K/V are never repeated (grouped-query attention, Ainslie et al. 2023).
+
+Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row's last valid logits
+``[B, vocab]`` (prefill and MMLU scoring), and :meth:`Engine.weight_bytes` /
+:meth:`Engine.kv_bytes_per_token` give the bytes a decode step must read (bandwidth floors).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from workbench.engine.ops import get_ops
+from workbench.engine.spec import ModelSpec, rope_tables, round_up
+from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
+
+
+def default_w4a16_backend(device: torch.device) -> str:
+    """``"tinygemm"`` on CUDA, ``"dequant"`` on CPU. Measured on the H200 (benchmarks/RESULTS.md):
+    tinygemm is the fastest correct INT4 kernel at M = 1; ``"tinygemm:gemlite"`` is faster for
+    M >= 8 but gemlite returned NaN in one engine configuration (cause not established), so it is
+    opt-in."""
+    return "tinygemm" if device.type == "cuda" else "dequant"
+
+
+def _default_device(device):
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Engine:
+    """:class:`~workbench.engine.api.BatchRunner` with slots; ``runner(slot)`` gives a
+    :class:`~workbench.engine.api.Runner` view of one slot.
+
+    Build with :meth:`from_hf` (weights of any Llama/Qwen2/SmolLM HF model) or :meth:`from_config`
+    (random init on the device). ``w4a16`` selects group-wise INT4 weights (see
+    :mod:`workbench.engine.int4`) computed with ``w4a16_backend``.
+    """
+
+    def __init__(self, spec: ModelSpec, weights: ModelWeights, hf_config, max_batch: int, max_seq: int,
+                 dtype: torch.dtype, device: torch.device, use_graphs: bool | None = None,
+                 graph_max_t: int = 16):
+        if max_batch < 1 or max_seq < 1:
+            raise ValueError(f"max_batch={max_batch} and max_seq={max_seq} must be >= 1")
+        self.spec, self.w, self.dtype, self.device = spec, weights, dtype, device
+        self.config = hf_config  # the HF config (RoPE parameters); engines may share weights
+        self.vocab_size = spec.vocab_size
+        self.max_batch, self.max_seq = max_batch, max_seq
+        self.scratch = max_seq
+        self.s_cache = round_up(max_seq + 1, 16)
+        self.ops = get_ops(device)
+        if self.ops.name == "triton" and (spec.head_dim & (spec.head_dim - 1)):
+            self.ops = get_ops(torch.device("cpu"))  # the fused RoPE kernel needs a power-of-two head_dim
+        shape = (spec.n_layers, max_batch, spec.n_kv_heads, self.s_cache, spec.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.cos, self.sin = rope_tables(hf_config, spec.head_dim, self.s_cache, device)
+        self._key_pos = torch.arange(self.s_cache, device=device)
+        self._len_dev = torch.zeros(max_batch, dtype=torch.int64, device=device)
+        self._len_host = torch.zeros(max_batch, dtype=torch.int64)
+        self.use_graphs = device.type == "cuda" if use_graphs is None else bool(use_graphs)
+        if self.use_graphs and device.type != "cuda":
+            raise ValueError("use_graphs=True needs a CUDA device")
+        self.graph_max_t = graph_max_t
+        self._graphs: dict = {}
+        self._pool = None
+        self._dev_cache: dict = {}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_hf(cls, model, max_batch: int = 1, max_seq: int | None = None, dtype=None, device=None,
+                w4a16=None, w4a16_backend: str | None = None, group_size: int = 128,
+                quantize_lm_head: bool = False, use_graphs: bool | None = None) -> Engine:
+        """Engine with the weights of ``model`` (an HF ``*ForCausalLM`` of type llama/qwen2/mistral).
+
+        ``dtype``/``device`` default to the model's. ``w4a16``: None, ``"rtn"`` (RTN INT4 with
+        ``group_size``) or a dict ``{hf_module_name: (qweight, scales, zeros)}`` (from
+        ``workbench.quant``). ``max_seq`` defaults to ``min(max_position_embeddings, 2048)``.
+        Raises ValueError for unsupported architectures.
+        """
+        spec = ModelSpec.from_hf_config(model.config)
+        p = next(model.parameters())
+        dtype = dtype or p.dtype
+        device = torch.device(device) if device is not None else p.device
+        backend = w4a16_backend or default_w4a16_backend(device)
+        if max_seq is None:
+            max_seq = min(int(getattr(model.config, "max_position_embeddings", 2048)), 2048)
+        with torch.no_grad():
+            w = weights_from_hf(model, dtype, device, w4a16, backend, group_size, quantize_lm_head)
+        return cls(spec, w, model.config, max_batch, max_seq, dtype, device, use_graphs)
+
+    @classmethod
+    def from_config(cls, config, max_batch: int = 1, max_seq: int = 2048, dtype=None, device=None,
+                    w4a16: bool = False, w4a16_backend: str | None = None, group_size: int = 128,
+                    quantize_lm_head: bool = False, use_graphs: bool | None = None, seed: int = 0) -> Engine:
+        """Random-init engine for an HF config (object, or dict with ``model_type``), built directly
+        on ``device`` (default CUDA if available) in ``dtype`` (default bf16 on CUDA, float32 on CPU)."""
+        if isinstance(config, dict):
+            from transformers import AutoConfig
+
+            d = dict(config)
+            config = AutoConfig.for_model(d.pop("model_type"), **d)
+        spec = ModelSpec.from_hf_config(config)
+        device = _default_device(device)
+        dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+        backend = w4a16_backend or default_w4a16_backend(device)
+        qkv_bias = config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
+        with torch.no_grad():
+            w = random_weights(spec, dtype, device, qkv_bias, w4a16, backend, group_size, quantize_lm_head, seed,
+                               std=float(getattr(config, "initializer_range", 0.02)))
+        return cls(spec, w, config, max_batch, max_seq, dtype, device, use_graphs)
+
+    # ------------------------------------------------------------------ protocol
+    def lengths(self) -> torch.Tensor:
+        """Cached tokens per slot, ``[max_batch]`` int64 on the CPU."""
+        return self._len_host.clone()
+
+    def runner(self, slot: int = 0) -> SlotRunner:
+        """Single-sequence :class:`~workbench.engine.api.Runner` view of ``slot``."""
+        if not 0 <= slot < self.max_batch:
+            raise ValueError(f"slot={slot} outside [0, {self.max_batch})")
+        return SlotRunner(self, slot)
+
+    def reset(self) -> None:
+        """Empty every slot."""
+        self._len_host.zero_()
+        self._len_dev.zero_()
+
+    def truncate_slot(self, slot: int, length: int) -> None:
+        """Drop slot ``slot``'s cached positions ``>= length`` (raises ValueError if length is
+        negative or beyond the slot's length)."""
+        cur = int(self._len_host[slot])
+        if not 0 <= length <= cur:
+            raise ValueError(f"truncate length {length} outside [0, {cur}] for slot {slot}")
+        if length != cur:
+            self._len_host[slot] = length
+            self._len_dev[slot] = length
+
+    def copy_prefix(self, src: int, dst, length: int) -> None:
+        """Copy the first ``length`` cached positions of ``src`` into each slot of ``dst``."""
+        dst = torch.as_tensor(dst, dtype=torch.int64).view(-1)
+        if length > int(self._len_host[src]):
+            raise ValueError(f"length {length} > cached length {int(self._len_host[src])} of slot {src}")
+        if len(dst) == 0:
+            return
+        idx = dst.to(self.device)
+        for cache in (self.k_cache, self.v_cache):
+            cache[:, idx, :, :length] = cache[:, src: src + 1, :, :length]
+        self._len_host[dst] = length
+        self._len_dev[idx] = length
+
+    def synchronize(self) -> None:
+        """Wait for queued device work."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @torch.inference_mode()
+    def extend_batch(self, slots, tokens: torch.Tensor, n_valid=None, logits: str = "all") -> torch.Tensor:
+        """Append right-padded ``tokens`` ``[B, T]`` (int64) to ``slots`` ``[B]``; ``n_valid`` ``[B]``
+        real tokens per row (default T; 0 leaves a slot unchanged). Returns float32 logits
+        ``[B, T, vocab]`` (padded positions undefined), or ``[B, vocab]`` at each row's last valid
+        token with ``logits="last"``. Raises ValueError on bad slots or cache overflow."""
+        slots_c = torch.as_tensor(slots, dtype=torch.int64).view(-1).cpu()
+        tokens = torch.as_tensor(tokens)
+        if tokens.dim() == 1:
+            tokens = tokens.view(1, -1)
+        b, t = tokens.shape
+        nv_c = (torch.full((b,), t, dtype=torch.int64) if n_valid is None
+                else torch.as_tensor(n_valid, dtype=torch.int64).view(-1).cpu())
+        self._check(slots_c, b, t, nv_c)
+        if logits not in ("all", "last"):
+            raise ValueError(f"logits={logits!r}; use 'all' or 'last'")
+        prefix = bool(torch.equal(slots_c, torch.arange(b)))
+        last = logits == "last"
+        slots_d = self._to_dev(slots_c)
+        nv_d = self._to_dev(nv_c)
+        tok_d = tokens.to(self.device, torch.int64)
+        if self.use_graphs and t <= self.graph_max_t:
+            out = self._replay((b, t, prefix, last), slots_d, tok_d, nv_d)
+        else:  # eager: attend only to the cache columns in use (rounded up to 16)
+            kv_len = min(round_up(int((self._len_host[slots_c] + nv_c).max()), 16), self.s_cache)
+            out = self._forward(slots_d, tok_d, nv_d, prefix, last, kv_len)
+        self._len_host[slots_c] += nv_c
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _check(self, slots_c, b, t, nv_c):
+        if len(slots_c) != b or b > self.max_batch or b == 0:
+            raise ValueError(f"slots has {len(slots_c)} entries for {b} token rows (max_batch={self.max_batch})")
+        if slots_c.min() < 0 or slots_c.max() >= self.max_batch or len(set(slots_c.tolist())) != b:
+            raise ValueError(f"slots {slots_c.tolist()} must be distinct and in [0, {self.max_batch})")
+        if len(nv_c) != b or nv_c.min() < 0 or nv_c.max() > t:
+            raise ValueError(f"n_valid {nv_c.tolist()} must have {b} entries in [0, {t}]")
+        over = self._len_host[slots_c] + nv_c
+        if over.max() > self.max_seq:
+            raise ValueError(f"KV cache overflow: a slot would hold {int(over.max())} > max_seq={self.max_seq} "
+                             "tokens; build the engine with a larger max_seq or truncate first")
+
+    def _to_dev(self, x: torch.Tensor) -> torch.Tensor:
+        """Device copy of a small CPU index tensor, memoised so decode loops issue no host->device
+        copy (a pageable copy would stall the queue)."""
+        if self.device.type == "cpu":
+            return x
+        key = tuple(x.tolist())
+        hit = self._dev_cache.get(key)
+        if hit is None:
+            if len(self._dev_cache) > 4096:
+                self._dev_cache.clear()
+            hit = self._dev_cache[key] = x.to(self.device)
+        return hit
+
+    def _forward(self, slots, tokens, n_valid, prefix: bool, last: bool, kv_len: int | None = None) -> torch.Tensor:
+        """One step; ``kv_len`` (eager only) limits attention to cache columns ``[0, kv_len)``, which
+        must cover every valid position (padded rows then see arbitrary but finite values)."""
+        s, ops = self.spec, self.ops
+        b, t = tokens.shape
+        n = b * t
+        g, kvh, d = s.group, s.n_kv_heads, s.head_dim
+        ar = torch.arange(t, device=self.device)
+        pos = self._len_dev.index_select(0, slots).unsqueeze(1) + ar  # [B, T]
+        wpos = torch.where(ar.unsqueeze(0) < n_valid.unsqueeze(1), pos, self.scratch).clamp_(max=self.scratch)
+        kv_len = kv_len or self.s_cache
+        mask = self._key_pos[:kv_len].view(1, 1, -1) <= wpos.unsqueeze(-1)  # [B, T, kv_len]
+        mask = mask.unsqueeze(1).repeat(1, 1, g, 1)  # [B, 1, G*T, S_cache], row g*T + t
+        # additive float mask built once per step (SDPA would convert a bool mask in every layer)
+        mask = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(~mask, float("-inf"))
+        wpos_f = wpos.reshape(-1)
+        x = self.w.embed.index_select(0, tokens.reshape(-1))  # [N, hidden]
+        residual = None
+        scale = 1.0 / math.sqrt(d)
+        for li, lw in enumerate(self.w.layers):
+            h, residual = ops.add_rmsnorm(x, residual, lw.ln1, s.rms_eps)
+            kc, vc = self.k_cache[li], self.v_cache[li]
+            q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
+                                   s.n_heads, kvh)  # [B, KV, G*T, D]
+            if prefix:
+                kk, vv = kc[:b, :, :kv_len], vc[:b, :, :kv_len]
+            else:
+                kk, vv = kc[:, :, :kv_len].index_select(0, slots), vc[:, :, :kv_len].index_select(0, slots)
+            o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=scale)
+            o = o.view(b, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(n, s.n_heads * d)
+            x = lw.wo(o)
+            if lw.bo is not None:
+                x = x + lw.bo
+            h, residual = ops.add_rmsnorm(x, residual, lw.ln2, s.rms_eps)
+            x = lw.wd(ops.silu_mul(lw.wgu(h)))
+        if last:
+            idx = torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0)
+            x, residual = x.index_select(0, idx), residual.index_select(0, idx)
+        h, _ = ops.add_rmsnorm(x, residual, self.w.norm, s.rms_eps)
+        out = self.w.lm_head(h).float()
+        self._len_dev.index_add_(0, slots, n_valid)
+        return out if last else out.view(b, t, -1)
+
+    def _replay(self, key, slots_d, tok_d, nv_d) -> torch.Tensor:
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._capture(key, slots_d, tok_d)
+        graph, st, out = entry
+        st["slots"].copy_(slots_d)
+        st["tokens"].copy_(tok_d)
+        st["nv"].copy_(nv_d)
+        graph.replay()
+        return out.clone()
+
+    def _capture(self, key, slots_d, tok_d):
+        b, _t, prefix, last = key
+        st = {"slots": slots_d.clone(), "tokens": tok_d.clone(),
+              "nv": torch.zeros(b, dtype=torch.int64, device=self.device)}  # n_valid 0: warm-up writes only scratch
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._forward(st["slots"], st["tokens"], st["nv"], prefix, last)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = self._forward(st["slots"], st["tokens"], st["nv"], prefix, last)
+        self._graphs[key] = (graph, st, out)
+        return self._graphs[key]
+
+    def capture(self, batch_sizes=(1,), ts=(1,), prefix: bool = True, last: bool = False) -> None:
+        """Capture graphs ahead of time (otherwise each ``(B, T)`` is captured on first use)."""
+        if not self.use_graphs:
+            return
+        for b in batch_sizes:
+            for t in ts:
+                key = (b, t, prefix, last)
+                if key not in self._graphs:
+                    slots = self._to_dev(torch.arange(b))
+                    self._capture(key, slots, torch.zeros(b, t, dtype=torch.int64, device=self.device))
+
+    # ------------------------------------------------------------------ floors
+    def weight_bytes(self) -> int:
+        """Bytes of weights one decode step reads (see :meth:`ModelWeights.nbytes_per_step`)."""
+        return self.w.nbytes_per_step()
+
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per cached token, all layers."""
+        return self.spec.kv_bytes_per_token(self.dtype)
+
+
+class SlotRunner:
+    """:class:`~workbench.engine.api.Runner` over one slot of an :class:`Engine`."""
+
+    def __init__(self, engine: Engine, slot: int):
+        self.engine, self.slot = engine, slot
+        self.vocab_size = engine.vocab_size
+        self.device = engine.device
+
+    def reset(self) -> None:
+        self.engine.truncate_slot(self.slot, 0)
+
+    @property
+    def length(self) -> int:
+        return int(self.engine._len_host[self.slot])
+
+    def extend(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append ``tokens`` ``[T]`` or ``[1, T]``; float32 logits ``[T, vocab]``."""
+        tokens = torch.as_tensor(tokens).reshape(1, -1)
+        return self.engine.extend_batch([self.slot], tokens)[0]
+
+    def truncate(self, length: int) -> None:
+        self.engine.truncate_slot(self.slot, length)
+
+    def synchronize(self) -> None:
+        self.engine.synchronize()

@@ -1,0 +1,151 @@
+"""W4A16: group-wise asymmetric INT4 weights, bf16/float activations, and the matmul backends.
+
+Format (the RTN definition shared with :mod:`workbench.quant`), per row and per group of
+``group_size`` consecutive input columns:
+
+    scale = (max - min) / 15,  zero = round(-min / scale),  q = clamp(round(w / scale) + zero, 0, 15)
+    w_hat = (q - zero) * scale
+
+(Round-to-nearest baseline as in Frantar et al. 2022 GPTQ, arXiv 2210.17323, sec. 2; Lin et al. 2023
+AWQ, arXiv 2306.00978, keeps the same storage format.)
+
+Backends for ``y = x @ w_hat.T``:
+* ``"dequant"``  -- dequantize to the activation dtype, then ``F.linear``; CPU path and reference.
+* ``"tinygemm"`` -- ``torch.ops.aten._weight_int4pack_mm`` (CUDA, bf16), stores
+  ``w_hat = (q - 8) * scale + (8 - zero) * scale``.
+* ``"gemlite"``  -- ``gemlite.GemLiteLinear`` Triton kernels (Mobius Labs), ``w_hat = q*scale - zero*scale``.
+* ``"triton"`` -- the GEMV of :mod:`workbench.kernels.w4a16` (``M <= 4`` rows only).
+* ``"small:large"`` (e.g. ``"triton:gemlite"``) -- one kernel for ``M <= 4`` rows (decode), another for
+  more rows (prefill, verify, large batches).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+KERNELS = ("tinygemm", "gemlite", "triton")  # "triton" handles M <= SMALL_M rows only
+SMALL_M = 4  # rows up to which the small-M kernel of a "small:large" backend is used
+BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite")
+
+
+def quantize_rtn_int4(weight: torch.Tensor, group_size: int = 128):
+    """Round-to-nearest asymmetric INT4 of ``weight`` ``[out, in]`` (any float dtype).
+
+    Returns ``(q, scales, zeros)``: ``q`` ``[out, in]`` uint8 in 0..15, ``scales`` and ``zeros``
+    ``[out, in // group_size]`` in weight's dtype (zeros integer-valued). Statistics are computed in
+    float32. Raises ValueError if ``in`` is not a multiple of ``group_size``.
+    """
+    out_f, in_f = weight.shape
+    if group_size <= 0 or in_f % group_size:
+        raise ValueError(f"group_size={group_size} must divide in_features={in_f}; pick a divisor such as 32, 64 or 128")
+    w = weight.float().reshape(out_f, in_f // group_size, group_size)
+    mn = w.amin(-1)
+    mx = w.amax(-1)
+    scale = ((mx - mn) / 15).clamp_min(1e-8)
+    zero = torch.round(-mn / scale)
+    q = torch.clamp(torch.round(w / scale.unsqueeze(-1)) + zero.unsqueeze(-1), 0, 15)
+    return q.reshape(out_f, in_f).to(torch.uint8), scale.to(weight.dtype), zero.to(weight.dtype)
+
+
+def dequantize_int4(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+                    dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``w_hat = (q - zero) * scale`` groupwise; ``q`` ``[out, in]``, scales/zeros ``[out, in // g]``.
+    Computed in float32, returned in ``dtype`` (default: scales' dtype)."""
+    g = q.shape[1] // scales.shape[1]
+    s = scales.float().repeat_interleave(g, dim=1)
+    z = zeros.float().repeat_interleave(g, dim=1)
+    return ((q.float() - z) * s).to(dtype or scales.dtype)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """``[out, in // 2]`` uint8 (element ``2j`` in the low nibble, ``2j+1`` in the high) -> ``[out, in]``."""
+    lo = packed & 0x0F
+    hi = packed >> 4
+    return torch.stack((lo, hi), dim=-1).reshape(packed.shape[0], -1)
+
+
+class Int4Linear:
+    """``y = x @ w_hat.T`` for one W4A16 weight through a chosen backend.
+
+    Args: ``q`` ``[out, in]`` uint8 (0..15) or packed ``[out, in // 2]`` uint8; ``scales``, ``zeros``
+    ``[out, in // group_size]``; ``dtype`` the activation dtype; ``backend`` one of :data:`BACKENDS`.
+    ``x`` ``[N, in]`` -> ``[N, out]``. Raises ValueError for an unknown backend or bad shapes.
+    """
+
+    def __init__(self, q, scales, zeros, dtype: torch.dtype, backend: str = "dequant", device=None):
+        small, _, large = backend.partition(":")
+        large = large or small
+        if backend != "dequant" and (small not in KERNELS or large not in KERNELS[:2]):
+            raise ValueError(f"backend={backend!r} unknown; use 'dequant', one of {KERNELS[:2]}, or "
+                             f"'small:large' with small in {KERNELS} and large in {KERNELS[:2]}")
+        device = torch.device(device) if device is not None else q.device
+        n_groups = scales.shape[1]
+        if scales.shape != zeros.shape or scales.shape[0] != q.shape[0] or q.shape[1] % n_groups:
+            raise ValueError(f"shapes q {tuple(q.shape)}, scales {tuple(scales.shape)}, zeros "
+                             f"{tuple(zeros.shape)} do not match [out, in] / [out, in // group_size]")
+        self.out_features = q.shape[0]
+        self.in_features = q.shape[1]
+        self.group_size = self.in_features // n_groups
+        if q.dtype != torch.uint8:
+            raise ValueError(f"q must be uint8, got {q.dtype}")
+        self.backend = backend
+        self.dtype = dtype
+        q = q.to(device)
+        scales = scales.to(device=device, dtype=dtype)
+        zeros = zeros.to(device=device, dtype=dtype)
+        self.small, self.large = small, large
+        if backend == "dequant":
+            self.q, self.scales, self.zeros = q, scales, zeros
+            return
+        if small == "triton":
+            from workbench.kernels.w4a16 import pack_int4_words
+
+            self.qw = pack_int4_words(q)  # [N, K // 8] int32
+            self.s_t = scales.t().contiguous()  # [K // G, N]
+            self.zs_t = (zeros.float() * scales.float()).to(dtype).t().contiguous()
+        if "tinygemm" in (small, large):
+            packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
+            self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, 8)
+            sz = torch.stack((scales, (8 - zeros) * scales), dim=-1)  # [out, G, 2]
+            self.scales_and_zeros = sz.transpose(0, 1).contiguous()  # [G, out, 2]
+        if "gemlite" in (small, large):
+            from gemlite import DType, GemLiteLinear
+
+            dt = {torch.bfloat16: DType.BF16, torch.float16: DType.FP16}[dtype]
+            self.mod = GemLiteLinear(4, group_size=self.group_size, in_features=self.in_features,
+                                     out_features=self.out_features, input_dtype=dt, output_dtype=dt)
+            self.mod.pack(q, scales, zeros, None)
+
+    @classmethod
+    def from_quantized(cls, qweight, scales, zeros, dtype, backend="dequant", device=None,
+                       in_features: int | None = None):
+        """Accept ``qweight`` unpacked ``[out, in]`` (any integer dtype, values 0..15) or packed
+        ``[out, in // 2]`` uint8 (see :func:`unpack_int4`; recognised when ``in_features`` is given and
+        equals twice its width)."""
+        if in_features is not None and qweight.shape[1] * 2 == in_features:
+            qweight = unpack_int4(qweight.to(torch.uint8))
+        return cls(qweight.to(torch.uint8), scales, zeros, dtype, backend, device)
+
+    def nbytes(self) -> int:
+        """Bytes read per matmul: 4-bit weights plus scales and zeros (2 bytes each per group)."""
+        return self.out_features * self.in_features // 2 + 2 * self.out_features * (
+            self.in_features // self.group_size) * torch.empty(0, dtype=self.dtype).element_size()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.backend == "dequant":
+            return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
+        kernel = self.small if x.shape[0] <= SMALL_M else self.large
+        if kernel == "triton":
+            from workbench.kernels import w4a16
+
+            key = (self.out_features, self.in_features, max(1, 1 << (x.shape[0] - 1).bit_length()))
+            cfg = w4a16._BEST.get(key)
+            if cfg is None:
+                cfg = (w4a16.CONFIGS[0] if torch.cuda.is_current_stream_capturing()
+                       else w4a16.tune(x, self.qw, self.s_t, self.zs_t, self.group_size, self.out_features))
+            return w4a16.w4a16_gemv(x, self.qw, self.s_t, self.zs_t, self.group_size, self.out_features, cfg)
+        if kernel == "tinygemm":
+            return torch.ops.aten._weight_int4pack_mm(x.contiguous(), self.packed, self.group_size,
+                                                      self.scales_and_zeros)
+        return self.mod(x)
