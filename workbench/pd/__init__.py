@@ -1,0 +1,23 @@
+"""Prefill/decode study: hardware specs, roofline, fitted cost model, timing profile, serving simulator."""
+
+from workbench.pd.costmodel import CostModel
+from workbench.pd.hardware import PRESETS, HardwareSpec
+from workbench.pd.metrics import summarize
+from workbench.pd.roofline import MODEL_PRESETS, ModelSpec
+from workbench.pd.sim import SLO, LengthDist, SimConfig, Workload, WorkloadConfig, goodput_vs_rate, simulate
+
+__all__ = [
+           "MODEL_PRESETS",
+           "PRESETS",
+           "SLO",
+           "CostModel",
+           "HardwareSpec",
+           "LengthDist",
+           "ModelSpec",
+           "SimConfig",
+           "Workload",
+           "WorkloadConfig",
+           "goodput_vs_rate",
+           "simulate",
+           "summarize",
+]

@@ -1,0 +1,113 @@
+"""Figures for the prefill/decode study: DataFrame in, plotly Figure out, nothing else."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from workbench.pd.costmodel import CostModel
+
+__all__ = ["plot_cdfs", "plot_decode_profile", "plot_goodput", "plot_prefill_profile", "plot_sim_vs_real"]
+
+_COLORS = {"colocated": "#1f77b4", "chunked": "#2ca02c", "disaggregated": "#d62728"}
+
+
+def plot_prefill_profile(profile: pd.DataFrame, cost: CostModel | None = None, title: str = "") -> go.Figure:
+    """Prefill step ms against tokens in the step (one trace per batch size), the roofline floor
+    (``floor_ms``, from :func:`workbench.pd.profile.with_floors`) dashed, the fitted cost dotted."""
+    df = profile[profile["phase"] == "prefill"].sort_values("n_tokens")
+    fig = go.Figure()
+    for b, part in df.groupby("batch"):
+        fig.add_scatter(x=part["n_tokens"], y=part["ms"], mode="markers+lines", name=f"measured, batch {b}",
+                        error_y={"type": "data", "array": part.get("ms_iqr", None), "visible": "ms_iqr" in part})
+        if "floor_ms" in part:
+            fig.add_scatter(x=part["n_tokens"], y=part["floor_ms"], mode="lines", line={"dash": "dash"},
+                            name=f"roofline floor, batch {b}")
+        if cost is not None:
+            fig.add_scatter(x=part["n_tokens"], y=cost.prefill_ms(part["n_tokens"], part["attn_sq"]),
+                            mode="lines", line={"dash": "dot"}, name=f"fit, batch {b}")
+    fig.update_layout(title=title or "Prefill step time vs tokens", xaxis_title="prompt tokens in the step",
+                      yaxis_title="ms", template="plotly_white")
+    return fig
+
+
+def plot_decode_profile(profile: pd.DataFrame, cost: CostModel | None = None, title: str = "") -> go.Figure:
+    """Decode step ms against batch size (one trace per context length), bandwidth floor dashed."""
+    df = profile[profile["phase"] == "decode"].sort_values("batch")
+    fig = go.Figure()
+    for L, part in df.groupby("seq_len"):
+        fig.add_scatter(x=part["batch"], y=part["ms"], mode="markers+lines", name=f"measured, context {L}",
+                        error_y={"type": "data", "array": part.get("ms_iqr", None), "visible": "ms_iqr" in part})
+        if "bandwidth_floor_ms" in part:
+            fig.add_scatter(x=part["batch"], y=part["bandwidth_floor_ms"], mode="lines",
+                            line={"dash": "dash"}, name=f"bandwidth floor, context {L}")
+        if cost is not None:
+            fig.add_scatter(x=part["batch"], y=cost.decode_ms(part["batch"], part["kv_tokens"]), mode="lines",
+                            line={"dash": "dot"}, name=f"fit, context {L}")
+    fig.update_layout(title=title or "Decode step time vs batch", xaxis_title="sequences in the batch",
+                      yaxis_title="ms", template="plotly_white")
+    return fig
+
+
+def _ecdf(v: np.ndarray):
+    v = np.sort(v[np.isfinite(v)])
+    return v, np.arange(1, v.size + 1) / max(v.size, 1)
+
+
+def plot_cdfs(requests: pd.DataFrame, *, by: str = "policy", slo=None, title: str = "") -> go.Figure:
+    """Side-by-side empirical CDFs of ``ttft_ms`` and ``tpot_ms``, one line per value of ``by``;
+    SLO thresholds (an :class:`~workbench.pd.sim.SLO`) as vertical lines. ``requests`` holds one
+    row per request, or quantile rows with a ``q`` column (from :func:`workbench.pd.sim.sweep_grid`)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT", "TPOT"))
+    for key, part in requests.groupby(by, sort=False):
+        color = _COLORS.get(str(part["policy"].iloc[0])) if "policy" in part else None
+        for col, metric in ((1, "ttft_ms"), (2, "tpot_ms")):
+            if "q" in part:
+                x, y = part[metric].to_numpy(np.float64), part["q"].to_numpy(np.float64)
+            else:
+                x, y = _ecdf(part[metric].to_numpy(np.float64))
+            fig.add_scatter(x=x, y=y, mode="lines", name=str(key), legendgroup=str(key), showlegend=col == 1,
+                            line={"color": color}, row=1, col=col)
+    if slo is not None:
+        for col, lim in ((1, slo.ttft_ms), (2, slo.tpot_ms)):
+            if lim is not None:
+                fig.add_vline(x=lim, line={"dash": "dash", "color": "gray"}, row=1, col=col)
+    fig.update_xaxes(title_text="ms", type="log")
+    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], col=1)
+    fig.update_layout(title=title or "TTFT and TPOT CDFs", template="plotly_white")
+    return fig
+
+
+def plot_goodput(summary: pd.DataFrame, *, x: str = "rate", title: str = "") -> go.Figure:
+    """Goodput (req/s meeting every SLO) and SLO attainment against arrival rate, one line per ``label``
+    (from :func:`workbench.pd.sim.goodput_vs_rate`); the ideal goodput = rate as a gray diagonal."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput", "SLO attainment"))
+    for label, part in summary.groupby("label", sort=False):
+        part = part.sort_values(x)
+        color = _COLORS.get(str(part["policy"].iloc[0])) if "policy" in part else None
+        fig.add_scatter(x=part[x], y=part["goodput_rps"], mode="lines+markers", name=str(label),
+                        legendgroup=str(label), line={"color": color}, row=1, col=1)
+        fig.add_scatter(x=part[x], y=part["slo_attainment"], mode="lines+markers", name=str(label),
+                        legendgroup=str(label), showlegend=False, line={"color": color}, row=1, col=2)
+    r = np.sort(summary[x].unique())
+    fig.add_scatter(x=r, y=r, mode="lines", line={"color": "lightgray", "dash": "dot"}, name="goodput = rate",
+                    row=1, col=1)
+    fig.update_xaxes(title_text="arrival rate (req/s)")
+    fig.update_yaxes(title_text="req/s", col=1)
+    fig.update_yaxes(title_text="fraction", range=[0, 1.02], col=2)
+    fig.update_layout(title=title or "Goodput vs request rate", template="plotly_white")
+    return fig
+
+
+def plot_sim_vs_real(compare: pd.DataFrame, title: str = "") -> go.Figure:
+    """Grouped bars of measured vs simulated metrics (from :func:`workbench.pd.loop.compare_to_sim`),
+    error in % as text."""
+    fig = go.Figure()
+    fig.add_bar(x=compare["metric"], y=compare["real"], name="measured")
+    fig.add_bar(x=compare["metric"], y=compare["sim"], name="simulated",
+                text=[f"{e:+.0f}%" for e in compare["err_pct"]], textposition="outside")
+    fig.update_layout(barmode="group", title=title or "Simulator vs real loop", yaxis_title="ms",
+                      template="plotly_white")
+    return fig

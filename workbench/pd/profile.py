@@ -1,0 +1,174 @@
+"""Measure prefill and decode step times of a loaded model through the runner protocol.
+
+Every timing goes through :class:`workbench.engine.api.BatchRunner` (``extend_batch`` then
+``synchronize`` before reading the clock), the same path the serving loop (:mod:`workbench.pd.loop`)
+uses, so the fitted :class:`~workbench.pd.costmodel.CostModel` describes the steps that loop runs.
+
+A timed step is: roll the slots back, ``extend_batch``, greedy next token to the host, ``synchronize``.
+
+Rows (``run_profile``): ``phase`` (prefill | decode), ``batch`` (sequences in the step), ``seq_len``
+(prompt length for prefill, cached context per sequence for decode), ``n_tokens`` (tokens the step
+processes), ``attn_sq`` (sum of L^2 over prefilled sequences), ``kv_tokens`` (cached tokens read by a
+decode step, summed over the batch), ``ms`` (median step time), ``ms_min``, ``ms_iqr``, ``repeats``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import torch
+
+from workbench.pd.hardware import HardwareSpec
+from workbench.pd.roofline import ModelSpec
+
+__all__ = ["ProfileConfig", "extend", "make_runner", "run_profile", "with_floors"]
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Grid of the profile; every point is timed ``repeats`` times after ``warmup`` untimed runs."""
+
+    prompt_lens: tuple = (16, 32, 64, 128, 256)  # prefill lengths, tokens
+    prefill_batches: tuple = (1, 2, 4)  # prompts per prefill step
+    decode_batches: tuple = (1, 2, 4, 8, 16)  # sequences per decode step
+    context_lens: tuple = (32, 128, 256)  # cached tokens per sequence before the decode step
+    repeats: int = 5  # timed runs per point (median reported)
+    warmup: int = 1  # untimed runs per point (allocator, caches)
+    seed: int = 0  # token ids are random (timing does not depend on their values)
+
+    def __post_init__(self):
+        for f in ("prompt_lens", "prefill_batches", "decode_batches", "context_lens"):
+            v = getattr(self, f)
+            if len(v) == 0 or min(v) < 1:
+                raise ValueError(f"ProfileConfig.{f}={v!r} must be a non-empty tuple of integers >= 1")
+        if self.repeats < 1 or self.warmup < 0:
+            raise ValueError("ProfileConfig.repeats must be >= 1 and warmup >= 0")
+
+    @property
+    def max_batch(self) -> int:
+        return max(max(self.prefill_batches), max(self.decode_batches))
+
+    @property
+    def max_seq(self) -> int:
+        return max(max(self.prompt_lens), max(self.context_lens) + 1)
+
+
+def make_runner(model, max_batch: int, max_seq: int):
+    """The fast :class:`workbench.engine.Engine` (CPU fallback included) over an HF model's weights."""
+    from workbench.engine import Engine
+
+    return Engine.from_hf(model, max_batch=max_batch, max_seq=max_seq)
+
+
+def extend(runner, slots: torch.Tensor, tokens: torch.Tensor, n_valid: torch.Tensor | None = None):
+    """``runner.extend_batch`` asking for last-position logits only when the runner supports it
+    (``Engine(logits="last")``: ``[B, vocab]``); otherwise ``[B, T, vocab]`` reduced to ``[B, vocab]``
+    at each row's last valid token. float32. Servers compute only the last position's logits."""
+    key = type(runner)
+    if key not in _HAS_LAST:
+        _HAS_LAST[key] = "logits" in inspect.signature(runner.extend_batch).parameters
+    if _HAS_LAST[key]:
+        return runner.extend_batch(slots, tokens, n_valid, logits="last")
+    out = runner.extend_batch(slots, tokens, n_valid)
+    last = (n_valid - 1) if n_valid is not None else torch.full((tokens.shape[0],), tokens.shape[1] - 1)
+    return out[torch.arange(tokens.shape[0]), last.to(out.device)]
+
+
+_HAS_LAST: dict = {}
+
+
+def _time(runner, fn, repeats: int, warmup: int, clock) -> np.ndarray:
+    for _ in range(warmup):
+        fn()
+    runner.synchronize()
+    ts = []
+    for _ in range(repeats):
+        t0 = clock()
+        fn()
+        runner.synchronize()
+        ts.append((clock() - t0) * 1e3)
+    return np.asarray(ts)
+
+
+def _step(runner, slots: torch.Tensor, tokens: torch.Tensor, start: int) -> None:
+    """Roll ``slots`` back to ``start`` cached tokens, append ``tokens`` ``[B, T]`` and pick the next
+    token per row (greedy, to the host), as every step of :func:`workbench.pd.loop.run_serving` does."""
+    for s in slots.tolist():
+        runner.truncate_slot(s, start)
+    extend(runner, slots, tokens).argmax(-1).tolist()
+
+
+def _row(phase, batch, seq_len, n_tokens, attn_sq, kv_tokens, ts) -> dict:
+    q75, q25 = np.percentile(ts, [75, 25])
+    return {"phase": phase, "batch": batch, "seq_len": seq_len, "n_tokens": n_tokens, "attn_sq": attn_sq,
+            "kv_tokens": kv_tokens, "ms": float(np.median(ts)), "ms_min": float(ts.min()),
+            "ms_iqr": float(q75 - q25), "repeats": len(ts)}
+
+
+def run_profile(runner, config: ProfileConfig = ProfileConfig(), *, progress: bool = False,
+                clock=time.perf_counter) -> pd.DataFrame:
+    """Time prefill steps over ``prompt_lens x prefill_batches`` and decode steps over
+    ``decode_batches x context_lens`` on ``runner`` (a :class:`~workbench.engine.api.BatchRunner`
+    with ``max_batch >= config.max_batch`` and ``max_seq >= config.max_seq``). One row per point,
+    config fields as columns. Slots ``0..B-1`` are overwritten. ``clock`` (seconds) defaults to wall
+    time; on a shared CPU pass ``time.process_time`` (see :class:`workbench.pd.loop.CPUClock`).
+    Raises ``ValueError`` if the runner is too small."""
+    if runner.max_batch < config.max_batch or runner.max_seq < config.max_seq:
+        raise ValueError(f"runner has max_batch={runner.max_batch}, max_seq={runner.max_seq}; the profile "
+                         f"needs >= {config.max_batch} and >= {config.max_seq}")
+    g = torch.Generator().manual_seed(config.seed)
+    vocab = runner.vocab_size
+    rows = []
+    points = [("prefill", b, L) for b in config.prefill_batches for L in config.prompt_lens]
+    points += [("decode", b, L) for b in config.decode_batches for L in config.context_lens]
+    it = points
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(points, desc="profile")
+    for phase, b, L in it:
+        # reversed slot order: the runner takes its general (gather) path, as a serving loop's
+        # scattered slots make it do (an Engine reads slots 0..B-1 in order without a gather)
+        slots = torch.arange(b).flip(0)
+        if phase == "prefill":
+            tok = torch.randint(0, vocab, (b, L), generator=g)
+
+            ts = _time(runner, partial(_step, runner, slots, tok, 0), config.repeats, config.warmup, clock)
+            rows.append(_row("prefill", b, L, b * L, b * L * L, 0, ts))
+        else:
+            for s in range(b):
+                runner.truncate_slot(s, 0)
+            extend(runner, slots, torch.randint(0, vocab, (b, L), generator=g))
+            tok = torch.randint(0, vocab, (b, 1), generator=g)
+
+            ts = _time(runner, partial(_step, runner, slots, tok, L), config.repeats, config.warmup, clock)
+            rows.append(_row("decode", b, L, b, 0, b * L, ts))
+    df = pd.DataFrame(rows)
+    cfg = asdict(config)
+    df["repeats_cfg"], df["warmup"], df["seed"] = cfg["repeats"], cfg["warmup"], cfg["seed"]
+    return df
+
+
+def with_floors(profile: pd.DataFrame, model: ModelSpec, hw: HardwareSpec) -> pd.DataFrame:
+    """Add roofline lower bounds per row: ``compute_floor_ms`` (FLOPs / ``hw.bf16_flops``),
+    ``bandwidth_floor_ms`` (bytes / ``hw.hbm_gbs``) and ``floor_ms`` (their max), from
+    :mod:`workbench.pd.roofline`. Prefill bytes: the weights once. Decode bytes: weights + KV read."""
+    out = profile.copy()
+    comp, bw = [], []
+    for r in out.itertuples(index=False):
+        if r.phase == "prefill":
+            flops = model.prefill_flops(np.full(int(r.batch), int(r.seq_len)))
+            nbytes = model.weight_bytes
+        else:
+            flops = model.decode_flops(int(r.batch), float(r.kv_tokens))
+            nbytes = model.decode_bytes(int(r.batch), float(r.kv_tokens))
+        comp.append(1e3 * flops / hw.bf16_flops)
+        bw.append(1e3 * nbytes / (hw.hbm_gbs * 1e9))
+    out["compute_floor_ms"], out["bandwidth_floor_ms"] = comp, bw
+    out["floor_ms"] = np.maximum(out["compute_floor_ms"], out["bandwidth_floor_ms"])
+    return out

@@ -1,0 +1,17 @@
+"""Discrete-event serving simulator: colocated, chunked-prefill and disaggregated prefill/decode."""
+
+from workbench.pd.sim.config import SLO, SimConfig
+from workbench.pd.sim.core import (
+           deployment_grid,
+           first_win_rate,
+           goodput_vs_rate,
+           select_deployments,
+           simulate,
+           slo_capacity,
+           sweep_grid,
+)
+from workbench.pd.sim.workload import LengthDist, Workload, WorkloadConfig, generate_workload
+
+__all__ = ["SLO", "LengthDist", "SimConfig", "Workload", "WorkloadConfig", "deployment_grid", "first_win_rate",
+           "generate_workload", "goodput_vs_rate", "select_deployments", "simulate", "slo_capacity",
+           "sweep_grid"]
