@@ -123,7 +123,13 @@ def _load_mmlu_hf(split: str) -> pd.DataFrame:
         raise FileNotFoundError("no local MMLU folder found and the `datasets` package is not installed; "
                                 "pass source=<folder> or set WORKBENCH_MMLU_DIR") from e
     hf_split = {"dev": "dev", "test": "test", "val": "validation", "validation": "validation"}[split]
-    ds = datasets.load_dataset("cais/mmlu", "all", split=hf_split)
+    try:
+        ds = datasets.load_dataset("cais/mmlu", "all", split=hf_split)
+    except (ConnectionError, OSError) as e:
+        raise FileNotFoundError(
+            f"MMLU is not available offline: no local folder (WORKBENCH_MMLU_DIR, WORKBENCH_SHARED_DATA or "
+            f"../shared/data/mmlu) and the hub dataset cais/mmlu is unreachable ({type(e).__name__}). Fix: "
+            "set WORKBENCH_MMLU_DIR to a folder of MMLU CSVs (either layout) or go online once") from None
     return pd.DataFrame({"subject": ds["subject"], "question": ds["question"], "choices": ds["choices"],
                          "answer": ds["answer"], "split": split})
 
@@ -211,7 +217,13 @@ def load_text(source: str | Path = "wikitext-2", split: str = "test") -> str:
                 raise FileNotFoundError("no local WikiText-2 and `datasets` is not installed; pass a text "
                                         "file path") from e
             hf_split = {"valid": "validation"}.get(split, split)
-            text = "\n".join(datasets.load_dataset("wikitext", "wikitext-2-raw-v1", split=hf_split)["text"])
+            try:
+                text = "\n".join(datasets.load_dataset("wikitext", "wikitext-2-raw-v1", split=hf_split)["text"])
+            except (ConnectionError, OSError) as e:
+                raise FileNotFoundError(
+                    f"WikiText-2 is not available offline: no ../shared/data/wikitext-2/{split}.txt and the hub "
+                    f"is unreachable ({type(e).__name__}). Fix: pass a path to a text file, set "
+                    "WORKBENCH_SHARED_DATA, or go online once") from None
     if not text.strip():
         raise ValueError(f"text source {source!r} ({split}) is empty; pass a non-empty text file")
     return text
