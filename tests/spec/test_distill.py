@@ -1,0 +1,34 @@
+"""distill_draft on a tiny target: KL falls, predicted alpha rises, head and embeddings are shared."""
+
+import pytest
+import torch
+
+from workbench.spec.distill import distill_draft
+
+
+def test_distillation_lowers_kl(toy):
+    target = toy.tiny_llama(vocab=64, seed=7, layers=4)
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    text = torch.randint(0, 64, (3000,), generator=torch.Generator().manual_seed(0))
+    draft, curve = distill_draft(target, text=text, steps=60, n_layers=1, seq_len=32, batch_size=8,
+                                 lr=3e-3, eval_every=20, init="random")
+    assert list(curve.columns[:4]) == ["step", "loss", "kl", "alpha_pred"]
+    assert curve.step.tolist() == [0, 20, 40, 60]
+    assert curve.kl.iloc[-1] < 0.5 * curve.kl.iloc[0]
+    assert curve.alpha_pred.iloc[-1] > curve.alpha_pred.iloc[0]
+    assert draft.config.num_hidden_layers == 1
+    assert draft.get_input_embeddings().weight.data_ptr() == target.get_input_embeddings().weight.data_ptr()
+    assert draft.get_output_embeddings().weight.data_ptr() == target.get_output_embeddings().weight.data_ptr()
+    assert not any(p.requires_grad for p in draft.parameters())
+    for k, v in target.state_dict().items():  # the target is untouched
+        torch.testing.assert_close(v, before[k])
+
+
+def test_bad_config(toy):
+    target = toy.tiny_llama()
+    with pytest.raises(ValueError, match="hidden_size"):
+        distill_draft(target, draft_config={"hidden_size": 48}, text=torch.zeros(1000, dtype=torch.long), steps=1)
+    with pytest.raises(ValueError, match="init"):
+        distill_draft(target, text=torch.zeros(1000, dtype=torch.long), steps=1, init="copy")
+    with pytest.raises(ValueError, match="tokens"):
+        distill_draft(target, text=torch.zeros(50, dtype=torch.long), steps=1)

@@ -1,0 +1,74 @@
+"""``SpecConfig``: how one speculative-decoding run drafts, verifies and samples.
+
+Terms (DESIGN.md): ``k`` draft tokens proposed per step (vLLM ``num_speculative_tokens``); ``alpha``
+acceptance rate; ``tau`` mean acceptance length (bonus token included). Policies: ``static`` (always
+``k``), ``heuristic`` (HF ``num_assistant_tokens_schedule="heuristic"``: +2 after a fully accepted
+step, -1 otherwise) and ``confidence`` (HF ``assistant_confidence_threshold``: stop drafting once the
+draft's probability of its own token falls below the threshold).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import asdict, dataclass
+
+POLICY_NAMES = ("static", "heuristic", "confidence")
+
+
+def did_you_mean(value, options) -> str:
+    """`` Did you mean 'x'?`` for the closest option, or an empty string."""
+    close = difflib.get_close_matches(str(value), list(options), n=1, cutoff=0.4)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Settings of one speculative (or plain) decoding run.
+
+    Raises ``ValueError`` naming the field and the fix: ``k < 1``, ``temperature < 0`` (or not finite),
+    ``top_p`` outside (0, 1], an unknown ``policy`` (with "did you mean"), ``confidence_threshold``
+    outside [0, 1], ``k_max < k``, ``max_new_tokens < 1``.
+    """
+
+    k: int = 4  # draft tokens per step (start value for "heuristic", cap for "confidence")
+    temperature: float = 0.0  # 0 = greedy (accept while argmaxes match); >0 scales logits for p and q
+    top_p: float = 1.0  # nucleus mass kept in p and q before the acceptance rule; 1 keeps everything
+    policy: str = "static"  # static | heuristic | confidence (see module docstring)
+    k_max: int = 16  # upper bound for the "heuristic" schedule (HF has none; bounds the verify width)
+    confidence_threshold: float = 0.4  # HF's default assistant_confidence_threshold
+    max_new_tokens: int = 32  # generated tokens per prompt (short: CPU time is scarce)
+    seed: int = 0  # torch.Generator seed for draft sampling, acceptance uniforms and resampling
+
+    def __post_init__(self):
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"k={self.k!r} must be an integer >= 1 (draft tokens per step; vLLM "
+                             "num_speculative_tokens)")
+        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
+                or self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0 "
+                             "(0 means greedy decoding)")
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]; use 1.0 to disable nucleus sampling")
+        if self.policy not in POLICY_NAMES:
+            raise ValueError(f"policy={self.policy!r} is unknown; use one of {POLICY_NAMES}."
+                             + did_you_mean(self.policy, POLICY_NAMES))
+        if not isinstance(self.k_max, int) or self.k_max < self.k:
+            raise ValueError(f"k_max={self.k_max!r} must be an integer >= k={self.k}")
+        if not 0 <= self.confidence_threshold <= 1:
+            raise ValueError(f"confidence_threshold={self.confidence_threshold!r} must be in [0, 1] "
+                             "(HF's default is 0.4)")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+
+    @property
+    def greedy(self) -> bool:
+        """True for temperature 0 (argmax decoding)."""
+        return self.temperature == 0
+
+    def to_row(self) -> dict:
+        """Config fields as result columns."""
+        return asdict(self)
+
+
+__all__ = ["POLICY_NAMES", "SpecConfig", "did_you_mean"]

@@ -1,0 +1,147 @@
+"""Distil a shallow draft from the target: a few decoder layers trained on the target's logits.
+
+The draft shares the target's token embeddings and LM head (frozen, no copy), so it speaks the same
+vocabulary by construction and only its decoder layers and final norm train. The loss is the
+token-level KL(p_target || q_draft) at temperature 1 (Hinton et al. 2015; the "forward KL" of
+DistillSpec, Zhou et al. 2023, arXiv 2310.08461, whose point is that a lower divergence raises the
+acceptance rate alpha = sum_x min(p, q)).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+
+def _draft_model(target: torch.nn.Module, draft_config, n_layers: int, init: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    if draft_config is None or isinstance(draft_config, dict):
+        cfg = copy.deepcopy(target.config)
+        cfg.num_hidden_layers = n_layers
+        if getattr(cfg, "layer_types", None) is not None:
+            cfg.layer_types = list(cfg.layer_types)[:n_layers]
+        for key, val in (draft_config or {}).items():
+            setattr(cfg, key, val)
+    else:
+        cfg = draft_config
+    if cfg.hidden_size != target.config.hidden_size or cfg.vocab_size != target.config.vocab_size:
+        raise ValueError(f"draft_config hidden_size/vocab_size ({cfg.hidden_size}, {cfg.vocab_size}) must equal "
+                         f"the target's ({target.config.hidden_size}, {target.config.vocab_size}) to share "
+                         "its embeddings and head")
+    if init not in ("spread", "random"):
+        raise ValueError(f"init={init!r} must be 'spread' (copy evenly spaced target layers) or 'random'")
+    draft = AutoModelForCausalLM.from_config(cfg).to(next(target.parameters()).device)
+    emb = torch.nn.Parameter(target.get_input_embeddings().weight.detach(), requires_grad=False)
+    draft.get_input_embeddings().weight = emb
+    head = target.get_output_embeddings().weight
+    draft.get_output_embeddings().weight = emb if head is target.get_input_embeddings().weight else \
+        torch.nn.Parameter(head.detach(), requires_grad=False)
+    if init == "spread":  # copy target layers at evenly spaced depths (first and last for 2 layers)
+        src = np.linspace(0, target.config.num_hidden_layers - 1, cfg.num_hidden_layers).round().astype(int)
+        for i, j in enumerate(src):
+            draft.model.layers[i].load_state_dict(target.model.layers[int(j)].state_dict())
+        draft.model.norm.load_state_dict(target.model.norm.state_dict())
+    return draft
+
+
+def _kl_and_alpha(t_logits: torch.Tensor, d_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean KL(p || q) (nats, differentiable in ``d_logits``) and mean sum min(p, q) over ``[..., V]``."""
+    logp = torch.log_softmax(t_logits.float(), -1)
+    logq = torch.log_softmax(d_logits.float(), -1)
+    kl = (logp.exp() * (logp - logq)).sum(-1).mean()
+    alpha = torch.minimum(logp.exp(), logq.detach().exp()).sum(-1).mean()
+    return kl, alpha
+
+
+def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: int = 100, *,
+                  tokenizer=None, n_layers: int = 2, seq_len: int = 64, batch_size: int = 4,
+                  lr: float = 1e-3, init: str = "spread", eval_every: int = 10, eval_windows: int = 4,
+                  seed: int = 0) -> tuple[torch.nn.Module, pd.DataFrame]:
+    """Train a shallow draft on the target's logits with KL(p || q); return ``(draft, curve)``.
+
+    Args:
+        target: a Llama-style causal LM (``model.model.layers``, ``model.model.norm``); not modified.
+        draft_config: ``None`` (a copy of the target's config with ``n_layers`` layers), a dict of
+            overrides on that copy, or a full transformers config (hidden and vocab sizes must match).
+        text: training text (``str``; default WikiText-2 valid split) or token ids ``[N]`` int64.
+            The last 10% (at least ``eval_windows * seq_len`` tokens) is held out for the curve.
+        steps: AdamW steps on ``batch_size`` random windows of ``seq_len`` tokens.
+        tokenizer: encodes ``text`` (default: ``AutoTokenizer`` of ``target.name_or_path``).
+        init: ``"spread"`` copies evenly spaced target layers (and the final norm) as the start point;
+            ``"random"`` keeps the random init.
+
+    Returns:
+        ``draft`` (eval mode, no grads) and ``curve``: DataFrame ``step, loss, kl, alpha_pred,
+        greedy_match, elapsed_s`` -- ``loss`` the training KL of that step, ``kl`` / ``alpha_pred`` /
+        ``greedy_match`` on the held-out windows (nats / fraction), step 0 = before training.
+
+    Raises:
+        ValueError: incompatible ``draft_config``, bad ``init``, ``steps < 0``, text too short.
+    """
+    if steps < 0:
+        raise ValueError(f"steps={steps} must be >= 0")
+    if text is None:
+        from workbench.data import load_text
+
+        text = load_text("wikitext-2", "valid")
+    if isinstance(text, str):
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
+        ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+    else:
+        ids = torch.as_tensor(text, dtype=torch.long).reshape(-1)
+    n_eval = max(eval_windows * seq_len, len(ids) // 10)
+    if len(ids) - n_eval < seq_len + 1:
+        raise ValueError(f"text has {len(ids)} tokens; need more than {n_eval + seq_len + 1} "
+                         f"(eval_windows * seq_len held out + one training window)")
+    train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][: eval_windows * seq_len].reshape(eval_windows, seq_len)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    draft = _draft_model(target, draft_config, n_layers, init)
+    device = next(target.parameters()).device
+    eval_ids = eval_ids.to(device)
+    with torch.no_grad():
+        eval_target = target(input_ids=eval_ids).logits  # [W, T, V]
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rows, t0, loss_val = [], time.perf_counter(), math.nan
+
+    def evaluate(step: int) -> None:
+        draft.eval()
+        with torch.no_grad():
+            d = draft(input_ids=eval_ids).logits
+            kl, alpha = _kl_and_alpha(eval_target, d)
+            match = (d.argmax(-1) == eval_target.argmax(-1)).float().mean()
+        rows.append({"step": step, "loss": loss_val, "kl": float(kl), "alpha_pred": float(alpha),
+                     "greedy_match": float(match), "elapsed_s": time.perf_counter() - t0})
+        draft.train()
+
+    evaluate(0)
+    for step in range(1, steps + 1):
+        starts = torch.randint(0, len(train_ids) - seq_len, (batch_size,), generator=gen)
+        batch = torch.stack([train_ids[s: s + seq_len] for s in starts.tolist()]).to(device)  # [B, T]
+        with torch.no_grad():
+            t_logits = target(input_ids=batch).logits
+        kl, _ = _kl_and_alpha(t_logits, draft(input_ids=batch).logits)
+        opt.zero_grad(set_to_none=True)
+        kl.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        loss_val = float(kl.detach())
+        if step % eval_every == 0 or step == steps:
+            evaluate(step)
+    draft.eval().requires_grad_(False)
+    draft.workbench_provenance = {"draft": "distilled", "steps": steps, "n_layers": draft.config.num_hidden_layers,
+                                  "seq_len": seq_len, "batch_size": batch_size, "lr": lr, "init": init, "seed": seed}
+    return draft, pd.DataFrame(rows)
+
+
+__all__ = ["distill_draft"]

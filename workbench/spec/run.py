@@ -1,0 +1,167 @@
+"""``run_spec``: speculative decoding of many prompts with many drafts -> one tidy row per run.
+
+For each prompt and sampling setting the target first decodes plainly (the timing baseline, and the
+target's own trajectory); each draft is scored along that trajectory (alignment: KL, TV, predicted
+alpha), then each config decodes speculatively through the same runners. ``summarize_spec`` pools
+rows into alpha / tau with 95% CIs, the measured c and realized vs theoretical speedup.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from workbench.spec.alignment import alignment_metrics, score_positions
+from workbench.spec.config import SpecConfig
+from workbench.spec.generate import as_runner, autoregressive_generate, speculative_generate
+from workbench.spec.theory import expected_tokens_per_step, speedup
+
+
+def encode_prompts(tokenizer, prompts: pd.DataFrame, chat: bool = True, max_prompt_tokens: int = 256) -> pd.DataFrame:
+    """Add ``prompt_ids`` (list of int) to a ``load_prompts`` frame (``prompt_id, category, prompt``).
+
+    The prompt text is cut to ``max_prompt_tokens`` tokens (CPU prefill budget), then wrapped in the
+    tokenizer's chat template when ``chat`` and a template exists.
+    """
+    ids = []
+    for text in prompts["prompt"]:
+        t = tokenizer(text, add_special_tokens=False)["input_ids"][:max_prompt_tokens]
+        text = tokenizer.decode(t)
+        if chat and getattr(tokenizer, "chat_template", None):
+            enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            enc = enc["input_ids"] if hasattr(enc, "keys") else enc
+            ids.append([int(x) for x in enc])
+        else:
+            ids.append(tokenizer(text)["input_ids"])
+    return prompts.assign(prompt_ids=ids, n_prompt=[len(x) for x in ids])
+
+
+def _sampling_key(cfg: SpecConfig):
+    return (cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.seed)
+
+
+def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_factory=None,
+             stop_token_ids=(), progress: bool = False, clock=None) -> pd.DataFrame:
+    """Run every (prompt, draft, config); return one row each.
+
+    Args:
+        target: module or Runner. drafts: ``{name: module | Runner | (module, info)}``.
+        prompts: DataFrame with ``prompt_id, category, prompt_ids`` (see :func:`encode_prompts`).
+        configs: one :class:`SpecConfig` or a list.
+        runner_factory: module -> Runner (default ``HFRunner``; pass ``engine.runner``-style factories
+            for the fast path). Runners given directly are used as they are.
+        clock: timer for every timing (default ``time.perf_counter``; ``time.process_time`` = CPU time
+            of this process, robust to other jobs on a shared CPU, for CPU runs only).
+
+    Returns:
+        DataFrame: config fields, ``draft, prompt_id, category, n_prompt, n_new``, the counters of
+        ``SpecDecodingStats.summary()``, list columns ``tokens_per_step``, ``draft_tokens_per_step``,
+        ``accepted_per_pos``, ``drafted_per_pos``; alignment means ``kl_pq, kl_qp, tv, alpha_pred``
+        along the baseline (target) trajectory; times ``baseline_tpot_s`` (plain decode per token),
+        ``spec_tpot_s``, ``draft_step_s`` (per draft forward), ``verify_s`` (per verify step);
+        ratios ``c`` = draft_step_s / baseline_tpot_s, ``verify_cost`` = verify_s / baseline_tpot_s,
+        ``speedup`` = baseline_tpot_s / spec_tpot_s. Neither prints nor saves.
+    """
+    configs = [configs] if isinstance(configs, SpecConfig) else list(configs)
+    timer = {} if clock is None else {"clock": clock}
+    make = runner_factory or as_runner
+    wrap = lambda m: m if not isinstance(m, torch.nn.Module) else make(m)
+    t_run = wrap(target)
+    d_runs = {name: wrap(d[0] if isinstance(d, tuple) else d) for name, d in drafts.items()}
+    groups: dict = {}
+    for cfg in configs:
+        groups.setdefault(_sampling_key(cfg), []).append(cfg)
+    it = list(prompts.itertuples(index=False))
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc="prompts")
+    rows = []
+    for pr in it:
+        for group in groups.values():
+            base_cfg = group[0]
+            base = autoregressive_generate(t_run, pr.prompt_ids, config=base_cfg, return_logits=True,
+                                           stop_token_ids=stop_token_ids, **timer)
+            n_base = len(base.tokens)
+            base_tpot = base.decode_s / (n_base - 1) if n_base > 1 else float("nan")
+            for name, d_run in d_runs.items():
+                q_logits = score_positions(d_run, pr.prompt_ids, base.tokens)
+                al = alignment_metrics(base.logits, q_logits, base_cfg.temperature, base_cfg.top_p)
+                align = {c: float(al[c].mean()) for c in ("kl_pq", "kl_qp", "tv", "alpha_pred")}
+                for cfg in group:
+                    out = speculative_generate(t_run, d_run, pr.prompt_ids, config=cfg,
+                                               stop_token_ids=stop_token_ids, **timer)
+                    st = out.stats
+                    n_new = len(out.tokens)
+                    row = {**cfg.to_row(), "draft": name, "prompt_id": pr.prompt_id, "category": pr.category,
+                           "n_prompt": len(pr.prompt_ids), "n_new": n_new, **st.summary(), **align,
+                           "n_align": len(al), "tokens_per_step": list(st.tokens_per_step),
+                           "draft_tokens_per_step": list(st.draft_tokens_per_step),
+                           "accepted_per_pos": list(st.num_accepted_tokens_per_pos),
+                           "drafted_per_pos": list(st.num_drafts_per_pos),
+                           "baseline_n_new": n_base, "baseline_decode_s": base.decode_s,
+                           "baseline_tpot_s": base_tpot, "spec_decode_s": out.decode_s,
+                           "spec_tpot_s": out.decode_s / max(n_new, 1),
+                           "draft_step_s": st.summary()["draft_s"] / max(st.num_draft_tokens, 1),
+                           "verify_s": st.summary()["target_s"] / max(st.num_drafts, 1)}
+                    row["c"] = row["draft_step_s"] / base_tpot
+                    row["verify_cost"] = row["verify_s"] / base_tpot
+                    row["speedup"] = base_tpot / row["spec_tpot_s"]
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _ratio_ci(num: np.ndarray, den: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """sum(num) / sum(den) with a 95% percentile bootstrap CI resampling rows (prompts: the clusters)."""
+    est = num.sum() / den.sum()
+    if len(num) < 2:
+        return est, est, est
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(num), (n_boot, len(num)))
+    boots = num[idx].sum(1) / np.maximum(den[idx].sum(1), 1e-12)
+    return float(est), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+
+
+def summarize_spec(df: pd.DataFrame, by=("draft", "temperature", "top_p", "policy", "k")) -> pd.DataFrame:
+    """Pool ``run_spec`` rows per group: one row each with
+
+    ``n_prompts, alpha`` (accepted / tested drafts) with ``alpha_lo, alpha_hi`` (cluster bootstrap over
+    prompts, 95%), ``tau`` (1 + accepted / drafts, bonus included) with ``tau_lo, tau_hi``,
+    ``draft_acceptance_rate``, alignment means ``kl_pq, kl_qp, tv, alpha_pred``, ``c`` and
+    ``verify_cost`` (pooled times), ``speedup`` (realized: pooled baseline per-token time / pooled
+    speculative per-token time), ``tau_theory`` and ``speedup_theory`` (Leviathan et al. 2023
+    Eq. 1 and Theorem 3.8 at the measured alpha and c; static policy only, else NaN),
+    ``tau_theory_pred`` (Eq. 1 at the *predicted* alpha from alignment: an independent check) and
+    ``speedup_theory_verify`` (same with the measured verify cost in place of 1).
+    """
+    out = []
+    for key, g in df.groupby(list(by), sort=True):
+        acc = g["num_accepted_tokens"].to_numpy(float)
+        rej = g["num_rejections"].to_numpy(float)
+        drafts = g["num_drafts"].to_numpy(float)
+        alpha, a_lo, a_hi = _ratio_ci(acc, acc + rej)
+        r_tau, t_lo, t_hi = _ratio_ci(acc + drafts, drafts)
+        base_t = g["baseline_decode_s"].sum() / (g["baseline_n_new"] - 1).clip(lower=1).sum()
+        c = g["draft_s"].sum() / g["num_draft_tokens"].sum() / base_t
+        verify_cost = g["target_s"].sum() / g["num_drafts"].sum() / base_t
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        row.update(n_prompts=g["prompt_id"].nunique(), n_steps=int(drafts.sum()), alpha=alpha, alpha_lo=a_lo,
+                   alpha_hi=a_hi, tau=r_tau, tau_lo=t_lo, tau_hi=t_hi,
+                   draft_acceptance_rate=acc.sum() / g["num_draft_tokens"].sum(),
+                   **{m: g[m].mean() for m in ("kl_pq", "kl_qp", "tv", "alpha_pred")},
+                   c=c, verify_cost=verify_cost,
+                   speedup=base_t / (g["spec_decode_s"].sum() / g["n_new"].sum()))
+        static = g["policy"].iloc[0] == "static"
+        k = int(g["k"].iloc[0])
+        a = min(max(alpha, 0.0), 1.0)
+        row["tau_theory"] = expected_tokens_per_step(a, k) if static else np.nan
+        row["tau_theory_pred"] = expected_tokens_per_step(float(np.clip(row["alpha_pred"], 0, 1)), k) \
+            if static else np.nan
+        row["speedup_theory"] = speedup(a, k, c) if static else np.nan
+        row["speedup_theory_verify"] = speedup(a, k, c, verify_cost) if static else np.nan
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+__all__ = ["encode_prompts", "run_spec", "summarize_spec"]
