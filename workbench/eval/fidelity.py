@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FidelityConfig", "token_metrics", "FidelityStats", "run_fidelity", "eval_windows"]
+__all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "token_metrics"]
 
 
 @dataclass(frozen=True)

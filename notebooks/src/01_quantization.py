@@ -1,0 +1,173 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Weight quantization: RTN, AWQ and GPTQ — what each choice costs and buys
+#
+# Weight-only quantization (`W{bits}A16`) stores each Linear weight as small integers plus a scale (and
+# zero point) per group of `group_size` input features, and dequantizes on the fly. This notebook
+# quantizes the model with three methods, measures the **real bytes** stored, and the **fidelity** to the
+# full-precision (FP) model on held-out WikiText-2 test text: per-token KL(p_fp ‖ p_q) (nats), top-1
+# agreement, perplexity, and (optionally) MMLU 5-shot accuracy with 95% CIs.
+#
+# * **RTN** — round to nearest, per tensor / per channel / per group, symmetric or asymmetric.
+# * **AWQ** (Lin et al. 2023, arXiv 2306.00978) — scales salient input channels by `mean|x|^alpha`
+#   before RTN, `alpha` searched on calibration activations.
+# * **GPTQ** (Frantar et al. 2022, arXiv 2210.17323) — quantizes column by column, spreading each
+#   rounding error over the remaining columns with the inverse Hessian `(2 X Xᵀ)⁻¹`.
+#
+# AWQ and GPTQ calibrate on WikiText-2 **valid**; all fidelity numbers use WikiText-2 **test**.
+#
+# > **Read this before the numbers.** The offline default model's weights were dequantized from a 4-bit
+# > GGUF (**Q4_1, blocks of 32**: `w = d·q + m`, one fp16 scale `d` and one fp16 minimum `m` per block).
+# > Re-quantizing them at INT4 with asymmetric groups of 32 *and a float zero point* (Q4_1's own grid,
+# > `zero_point="float"` here) recovers them almost exactly, so that row looks nearly lossless by
+# > construction. With the integer zero points of GPTQ / AWQ / compressed-tensors the Q4_1 grid is
+# > shifted by up to half a step, and the loss is real. Trends that stay real: per-tensor symmetric INT4
+# > versus groups, INT3 and INT2, the effect of group size, and AWQ / GPTQ versus RTN. An online user
+# > gets the original bf16 weights, where none of this caveat applies.
+# >
+# > SmolLM2-135M's hidden size is 576 = 4·128 + 64, so "g128" here uses a narrower last group of 64
+# > (`partial_groups=True`); `down_proj` (1536 inputs) has exact groups.
+
+# %% tags=["parameters"]
+import os
+
+MODEL = os.getenv("WB_MODEL", "smollm2-135m")
+N_TOKENS = int(os.getenv("WB_N_TOKENS", "2048"))  # WikiText-2 test tokens for KL / top-1 / ppl
+SEQ_LEN = int(os.getenv("WB_SEQ_LEN", "256"))  # non-overlapping evaluation windows
+N_QUESTIONS = int(os.getenv("WB_N_QUESTIONS", "0"))  # MMLU per subject (10 -> 570 questions; slow on CPU)
+SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated MMLU subset, or all 57
+GRID = os.getenv("WB_QUANT_GRID", "full")  # "full" (26 points, ~1 h on a CPU core) or "small" (INT3/INT4)
+N_CALIB = int(os.getenv("WB_N_CALIB", "32"))  # AWQ/GPTQ calibration windows of CALIB_LEN tokens
+CALIB_LEN = int(os.getenv("WB_CALIB_LEN", "256"))
+if os.getenv("WB_SMOKE", "0") not in ("", "0"):  # CI: two RTN configs, few tokens, 2x2 MMLU questions
+    N_TOKENS, SEQ_LEN, N_QUESTIONS, GRID = 256, 128, 2, "smoke"
+    SUBJECTS = SUBJECTS or "astronomy,marketing"
+
+# %%
+import itertools
+
+import pandas as pd
+import torch
+
+import workbench.notebook as wbn
+from workbench.models import load_model, provenance_of
+from workbench.quant import QuantConfig, footprint, quantize, run_quant_sweep
+from workbench.quant import plots as qp
+from workbench.quant.widgets import quant_explorer
+
+wbn.setup()
+torch.manual_seed(0)
+model, tok = load_model(MODEL)
+pd.Series({**provenance_of(model), **footprint(model)})
+
+# %% [markdown]
+# ## Where the error lands: per-layer weight error
+# Relative weight error `‖Ŵ − W‖ / ‖W‖` of every Linear, for per-tensor symmetric INT4 (one scale for
+# the whole matrix: outliers stretch the grid) and for INT4 with groups of 32.
+
+# %%
+rep_tensor = quantize(model, QuantConfig(bits=4, granularity="per_tensor", symmetric=True))[1]
+rep_g32 = quantize(model, QuantConfig(bits=4, group_size=32))[1]
+qp.plot_layer_heatmap(rep_tensor, "rel_err").update_layout(title="Per-layer rel_err, RTN INT4 per-tensor sym")
+
+# %%
+qp.plot_layer_heatmap(rep_g32, "rel_err").update_layout(title="Per-layer rel_err, RTN INT4 g32 asym")
+
+# %%
+pd.concat([rep_tensor.assign(config="INT4 per-tensor sym"), rep_g32.assign(config="INT4 g32 asym")]).groupby(
+    "config")[["rel_err", "max_abs_err", "bits_per_weight"]].mean()
+
+# %% [markdown]
+# ## The sweep: one row per configuration, saved point by point
+# `run_quant_sweep` stores each finished point in the results store (`data/results/`); re-running this
+# cell after an interruption skips the points already there.
+
+# %%
+g = {"partial_groups": True, "n_calib_samples": N_CALIB, "calib_seq_len": CALIB_LEN}
+grans = [{"granularity": "per_tensor", "symmetric": True}, {"granularity": "per_channel"},
+         {"group_size": 128}, {"group_size": 64}, {"group_size": 32}]
+configs = [QuantConfig(bits=b, **gr, **g) for b, gr in itertools.product([2, 3, 4, 8], grans)]
+configs += [QuantConfig(method=m, bits=b, group_size=128, **g) for m in ("awq", "gptq") for b in (3, 4)]
+configs += [QuantConfig(bits=4, group_size=32, zero_point="float")]
+if GRID == "small":
+    configs = [c for c in configs if c.bits in (3, 4)]
+if GRID == "smoke":
+    configs = [QuantConfig(bits=4, granularity="per_tensor", symmetric=True), QuantConfig(bits=4, group_size=64)]
+len(configs)
+
+# %%
+name = f"nb01_{MODEL.replace('/', '_')}_{GRID}_{N_TOKENS}t_{N_QUESTIONS}q"
+grid = run_quant_sweep(model, tok, configs, n_tokens=N_TOKENS, seq_len=SEQ_LEN, n_questions=N_QUESTIONS,
+                       subjects=SUBJECTS.split(",") if SUBJECTS else None, name=name)
+cols = ["label", "scheme", "weight_bytes", "bits_per_weight_quantized", "kl_mean", "kl_p95", "top1_agreement",
+        "ppl"] + [c for c in ("mmlu_acc", "mmlu_ci_lo", "mmlu_ci_hi") if c in grid]
+grid[cols].round(4)
+
+# %% [markdown]
+# ## Memory against bits
+# Measured bytes of every stored tensor: codes packed to `bits` bits each (INT4 two per byte, INT3 eight
+# codes in three bytes), fp16 scales, uint8 zero points, and the float parts left (embeddings, norms). The
+# embedding matrix (tied to `lm_head`, kept in float) is a floor no weight format removes.
+
+# %%
+qp.plot_memory_vs_bits(grid)
+
+# %% [markdown]
+# ## Fidelity against bits
+# KL(p_fp ‖ p_q) per token (log axis) and top-1 agreement with the FP model, per method and granularity.
+
+# %%
+qp.plot_metric_vs_bits(grid, "kl_mean")
+
+# %%
+qp.plot_metric_vs_bits(grid, "top1_agreement")
+
+# %%
+qp.plot_group_size_trend(grid[grid["method"] == "rtn"], "kl_mean")
+
+# %% [markdown]
+# ## MMLU accuracy against bits (95% CIs)
+# Runs only when `N_QUESTIONS > 0` (5-shot; each subject's few-shot prefix is encoded once).
+
+# %%
+qp.plot_mmlu_vs_bits(grid) if N_QUESTIONS > 0 else "MMLU skipped: set WB_N_QUESTIONS"
+
+# %% [markdown]
+# ## Explore the grid
+# Pick a method, granularity, group size and bit width: the chart shows that series with the chosen
+# point circled and its row below. The sliders only filter the precomputed grid.
+
+# %%
+quant_explorer(grid)
+
+# %% [markdown]
+# ## What to take away
+# Measured on the offline default (`benchmarks/quant_table.py`, 2048 WikiText-2 test tokens, CPU;
+# FP perplexity 31.8):
+#
+# | config | bits/weight | KL mean (nats) | top-1 | ppl |
+# |---|---|---|---|---|
+# | RTN INT4 per-tensor sym | 4.00 | 10.9 | 0.02 | 2·10⁶ |
+# | RTN INT4 g128 | 4.20 | 0.376 | 0.67 | 39.7 |
+# | AWQ INT4 g128 | 4.23 | 0.210 | 0.73 | 39.3 |
+# | GPTQ INT4 g128 | 4.20 | 0.252 | 0.75 | 39.3 |
+# | RTN INT3 g128 | 3.20 | 1.67 | 0.32 | 143 |
+# | RTN INT8 per-channel sym | 8.02 | 0.0034 | 0.96 | 31.9 |
+# | RTN INT4 g32, integer zero | 4.75 | 0.290 | 0.71 | 37.0 |
+# | RTN INT4 g32, float zero (Q4_1's grid) | 5.00 | 0.0000 | 1.00 | 31.8 |
+#
+# * One scale per tensor at INT4 destroys this model: outlier weights stretch the grid for everyone.
+#   Groups fix it; smaller groups cost scale bytes and buy fidelity.
+# * At the same storage, AWQ and GPTQ cut RTN's KL by a third to a half at INT4 g128.
+# * INT8 per channel is close to lossless; INT3 with plain RTN loses most of the model.
+# * The float-zero g32 row is exactly lossless only because the offline weights *are* Q4_1 (g32,
+#   float minimum): it recovers them bit for bit. The integer-zero g32 row is the honest INT4 number.
+# * Memory: the float32 embedding matrix (49152 × 576, tied to `lm_head`) stays unquantized and is most
+#   of what is left after INT4.

@@ -1,0 +1,130 @@
+"""Plotly figures for quantization sweeps and per-layer reports (DataFrame in, Figure out)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+__all__ = [
+    "plot_group_size_trend",
+    "plot_layer_heatmap",
+    "plot_memory_vs_bits",
+    "plot_metric_vs_bits",
+    "plot_mmlu_vs_bits",
+    "series_name",
+]
+
+_LAYER_ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def series_name(r) -> str:
+    """Legend name of a sweep row: method, granularity (group size) and symmetry, e.g. ``RTN g128 asym``."""
+    if r["method"] == "fp":
+        return "FP"
+    g = int(r["group_size"])
+    gran = {0: "tensor", -1: "channel"}.get(g, f"g{g}")
+    zp = "sym" if r["symmetric"] else ("asym-fz" if r.get("zero_point", "int") == "float" else "asym")
+    return f"{str(r['method']).upper()} {gran} {zp}"
+
+
+def _q(df: pd.DataFrame) -> pd.DataFrame:
+    d = df[df["method"] != "fp"].copy()
+    d["series"] = d.apply(series_name, axis=1)
+    return d.sort_values(["series", "w_bits"])
+
+
+def _fp(df: pd.DataFrame):
+    fp = df[df["method"] == "fp"]
+    return None if fp.empty else fp.iloc[0]
+
+
+def plot_memory_vs_bits(df: pd.DataFrame) -> go.Figure:
+    """Measured weight bytes (MiB, codes + scales + zeros + float rest) against weight bits, one line
+    per method/granularity; the FP model as a dashed line. Columns: ``method, w_bits, group_size,
+    symmetric, weight_bytes``."""
+    fig = go.Figure()
+    for name, g in _q(df).groupby("series", sort=True):
+        fig.add_trace(go.Scatter(x=g["w_bits"], y=g["weight_bytes"] / 2**20, mode="lines+markers", name=name))
+    fp = _fp(df)
+    if fp is not None:
+        fig.add_hline(y=fp["weight_bytes"] / 2**20, line_dash="dash", annotation_text="FP")
+    fig.update_layout(title="Weight memory vs bits (measured bytes)", xaxis_title="w_bits",
+                      yaxis_title="weight memory (MiB)", template="plotly_white")
+    return fig
+
+
+def plot_metric_vs_bits(df: pd.DataFrame, metric: str = "kl_mean", log_y: bool | None = None) -> go.Figure:
+    """``metric`` (``kl_mean``, ``kl_p95``, ``top1_agreement``, ``ppl``...) against ``w_bits``, one line per
+    method/granularity. KL is drawn on a log axis by default."""
+    if metric not in df:
+        raise ValueError(f"column {metric!r} not in the DataFrame; have {sorted(df.columns)}")
+    fig = go.Figure()
+    for name, g in _q(df).groupby("series", sort=True):
+        fig.add_trace(go.Scatter(x=g["w_bits"], y=g[metric], mode="lines+markers", name=name))
+    fp = _fp(df)
+    if fp is not None and metric in ("ppl", "ppl_q"):
+        fig.add_hline(y=fp[metric], line_dash="dash", annotation_text="FP")
+    log_y = metric.startswith("kl") if log_y is None else log_y
+    unit = " (nats/token)" if metric.startswith("kl") else ""
+    fig.update_layout(title=f"{metric} vs weight bits", xaxis_title="w_bits", yaxis_title=metric + unit,
+                      yaxis_type="log" if log_y else "linear", template="plotly_white")
+    return fig
+
+
+def plot_mmlu_vs_bits(df: pd.DataFrame) -> go.Figure:
+    """MMLU accuracy (micro) with its 95% CI against ``w_bits``; FP as a band. Columns ``mmlu_acc,
+    mmlu_ci_lo, mmlu_ci_hi``; rows without MMLU are dropped."""
+    if "mmlu_acc" not in df:
+        raise ValueError("no mmlu_acc column: run the sweep with n_questions > 0")
+    d = df.dropna(subset=["mmlu_acc"])
+    fig = go.Figure()
+    for name, g in _q(d).groupby("series", sort=True):
+        fig.add_trace(go.Scatter(x=g["w_bits"], y=g["mmlu_acc"], mode="lines+markers", name=name,
+                                 error_y={"type": "data", "symmetric": False, "array": g["mmlu_ci_hi"] - g["mmlu_acc"],
+                                              "arrayminus": g["mmlu_acc"] - g["mmlu_ci_lo"]}))
+    fp = _fp(d)
+    if fp is not None:
+        fig.add_hrect(y0=fp["mmlu_ci_lo"], y1=fp["mmlu_ci_hi"], opacity=0.15, line_width=0,
+                      annotation_text="FP 95% CI")
+        fig.add_hline(y=fp["mmlu_acc"], line_dash="dash")
+    fig.add_hline(y=0.25, line_dash="dot", annotation_text="chance")
+    fig.update_layout(title="MMLU accuracy vs weight bits (95% CI)", xaxis_title="w_bits",
+                      yaxis_title="accuracy", template="plotly_white")
+    return fig
+
+
+def plot_layer_heatmap(report: pd.DataFrame, value: str = "rel_err") -> go.Figure:
+    """Per-layer error heatmap: rows = Linear type (q_proj ... down_proj), columns = decoder layer index.
+
+    ``report``: :func:`workbench.quant.quantize`'s per-layer report (``layer`` names like
+    ``model.layers.3.mlp.down_proj``); ``value``: ``rel_err`` (``||W_hat - W|| / ||W||``),
+    ``weight_mse`` or ``max_abs_err``.
+    """
+    d = report.copy()
+    parts = d["layer"].str.extract(r"layers\.(\d+)\.(?:\w+\.)?(\w+)$")
+    d["idx"], d["kind"] = pd.to_numeric(parts[0]), parts[1]
+    d = d.dropna(subset=["idx"])
+    z = d.pivot_table(index="kind", columns="idx", values=value, aggfunc="mean")
+    z = z.reindex([k for k in _LAYER_ORDER if k in z.index] + [k for k in z.index if k not in _LAYER_ORDER])
+    fig = go.Figure(go.Heatmap(z=z.values, x=[int(c) for c in z.columns], y=list(z.index), colorscale="Viridis",
+                               colorbar_title=value))
+    fig.update_layout(title=f"Per-layer {value}", xaxis_title="decoder layer", yaxis_title="Linear",
+                      template="plotly_white")
+    return fig
+
+
+def plot_group_size_trend(df: pd.DataFrame, metric: str = "kl_mean") -> go.Figure:
+    """``metric`` against group size (per tensor and per channel drawn at the right) for each
+    method/bits/symmetry."""
+    d = df[df["method"] != "fp"].copy()
+    d["gs_label"] = d["group_size"].map(lambda g: {0: "tensor", -1: "channel"}.get(int(g), str(int(g))))
+    d["order"] = d["group_size"].map(lambda g: {0: 1e9, -1: 1e8}.get(int(g), int(g)))
+    d["series"] = d.apply(lambda r: f"{str(r['method']).upper()} W{int(r['w_bits'])} "
+                                    f"{'sym' if r['symmetric'] else 'asym'}", axis=1)
+    fig = go.Figure()
+    for name, g in d.sort_values("order").groupby("series", sort=True):
+        fig.add_trace(go.Scatter(x=g["gs_label"], y=g[metric], mode="lines+markers", name=name))
+    fig.update_layout(title=f"{metric} vs group size", xaxis_title="group_size", yaxis_title=metric,
+                      yaxis_type="log" if metric.startswith("kl") else "linear", template="plotly_white",
+                      xaxis_type="category")
+    return fig

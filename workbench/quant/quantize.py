@@ -1,0 +1,185 @@
+"""``quantize(model, config, calib)``: replace Linear layers by ``QuantLinear`` with RTN, AWQ or GPTQ."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import torch
+
+from .awq import awq_search
+from .calib import calibration_ids, capture_layer0_inputs, decoder_layers, run_layer
+from .config import QuantConfig
+from .gptq import gptq_quantize, hessian_update
+from .qlinear import QuantLinear
+from .rtn import DTYPES, compute_qparams, quantize_codes, resolve_group_size
+
+__all__ = ["quantizable_linears", "quantize"]
+
+
+def _skipped(name: str, skip: tuple[str, ...]) -> bool:
+    return any(name == s or name.endswith("." + s) for s in skip)
+
+
+def quantizable_linears(model: torch.nn.Module, config: QuantConfig) -> dict[str, torch.nn.Linear]:
+    """``{name: Linear}`` that ``config`` quantizes (all ``nn.Linear`` not matched by ``config.skip``).
+
+    Raises ``ValueError`` naming the first layer whose ``in_features`` the group size does not divide.
+    """
+    out = {n: m for n, m in model.named_modules()
+           if isinstance(m, torch.nn.Linear) and not _skipped(n, config.skip)}
+    for n, m in out.items():
+        resolve_group_size(config.group_size_code, m.in_features, n, config.partial_groups)
+    return out
+
+
+def _gw(cfg: QuantConfig) -> int | None:
+    """Group width for code/dequant helpers (``None`` for per-tensor / per-channel)."""
+    return cfg.group_size if cfg.granularity == "group" else None
+
+
+def _fz(cfg: QuantConfig) -> bool:
+    return cfg.zero_point == "float" and not cfg.symmetric
+
+
+def _make_qlinear(name, lin, codes, scales, zeros, cfg, input_scale=None) -> QuantLinear:
+    return QuantLinear(codes, scales, None if cfg.symmetric else zeros, cfg.bits, bias=lin.bias,
+                       input_scale=input_scale, compute_dtype=lin.weight.dtype, name=name, group_width=_gw(cfg))
+
+
+def _report_row(name: str, lin: torch.nn.Linear, ql: QuantLinear, cfg: QuantConfig, **extra) -> dict:
+    w = lin.weight.detach().float()
+    err = ql.effective_weight() - w
+    return {"layer": name, "out_features": ql.out_features, "in_features": ql.in_features,
+            "method": cfg.method, "w_bits": cfg.bits, "group_size": cfg.group_size_code,
+            "symmetric": cfg.symmetric, "weight_mse": float((err ** 2).mean()),
+            "max_abs_err": float(err.abs().max()),
+            "rel_err": float(err.norm() / w.norm().clamp(min=1e-12)),
+            "bits_per_weight": 8 * ql.storage_bytes() / (ql.out_features * ql.in_features), **extra}
+
+
+def _rtn_layer(name, lin, cfg) -> QuantLinear:
+    sdt = DTYPES[cfg.scale_dtype]
+    s, z = compute_qparams(lin.weight.detach(), cfg.bits, cfg.group_size_code, cfg.symmetric, sdt, _fz(cfg))
+    return _make_qlinear(name, lin, quantize_codes(lin.weight.detach(), s, z, cfg.bits, _gw(cfg)), s, z, cfg)
+
+
+def _set_module(root: torch.nn.Module, name: str, new: torch.nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, child, new)
+
+
+@torch.no_grad()
+def _calibrated_layer(layer, prefix: str, inputs, lins: dict[str, torch.nn.Linear], cfg: QuantConfig):
+    """Capture the inputs of ``lins`` (one decoder layer) on ``inputs`` and quantize them; returns
+    ``{name: (QuantLinear, extra report fields)}``."""
+    sdt = DTYPES[cfg.scale_dtype]
+    stats: dict[str, dict] = {n: {"H": None, "n": 0, "X": [], "first": None} for n in lins}
+    hooks = []
+    for n, lin in lins.items():
+        def hook(_m, args, _out, n=n):
+            x = args[0].detach()
+            st = stats[n]
+            if st["first"] is None:
+                st["first"] = args[0]  # kept alive, so id() identifies the shared input tensor
+            if cfg.method == "gptq":
+                st["H"], st["n"] = hessian_update(st["H"], x, st["n"])
+            else:
+                st["X"].append(x.reshape(-1, x.shape[-1]).float())
+        hooks.append(lin.register_forward_hook(hook))
+    try:
+        run_layer(layer, inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    result = {}
+    if cfg.method == "gptq":
+        for n, lin in lins.items():
+            codes, s, z = gptq_quantize(lin.weight, stats[n]["H"], cfg.bits, cfg.group_size_code, cfg.symmetric,
+                                        sdt, cfg.gptq_damp, cfg.gptq_block, cfg.act_order, _fz(cfg))
+            result[n] = (_make_qlinear(prefix + n, lin, codes, s, z, cfg), {})
+        return result
+    # AWQ: Linears that read the same tensor (q/k/v; gate/up) share one scale search
+    groups: dict[int, list[str]] = {}
+    for n in lins:
+        groups.setdefault(id(stats[n]["first"]), []).append(n)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    for names in groups.values():
+        X = torch.cat(stats[names[0]]["X"])
+        x_mean = X.abs().mean(0)
+        if X.shape[0] > cfg.awq_max_tokens:
+            X = X[torch.randperm(X.shape[0], generator=gen)[:cfg.awq_max_tokens]]
+        ws = [lins[n].weight.detach() for n in names]
+        s, alpha, losses = awq_search(X, ws, cfg.bits, cfg.group_size_code, cfg.symmetric, sdt,
+                                      cfg.awq_grid, x_mean, _fz(cfg))
+        for n in names:
+            w = lins[n].weight.detach().float() * s
+            qs, qz = compute_qparams(w, cfg.bits, cfg.group_size_code, cfg.symmetric, sdt, _fz(cfg))
+            codes = quantize_codes(w, qs, qz, cfg.bits, _gw(cfg))
+            ql = _make_qlinear(prefix + n, lins[n], codes, qs, qz, cfg, input_scale=s)
+            result[n] = (ql, {"awq_alpha": alpha, "awq_group": "+".join(x.rsplit(".", 1)[-1] for x in names),
+                              "awq_loss_rtn": losses[0], "awq_loss": min(losses)})
+    return result
+
+
+def quantize(model: torch.nn.Module, config: QuantConfig, calib=None, *, tok=None,
+             progress: bool = False) -> tuple[torch.nn.Module, pd.DataFrame]:
+    """Quantize a copy of ``model``'s Linear weights (weight-only, ``W{bits}A16``).
+
+    Args:
+        model: a causal LM (left untouched: the work happens on ``copy.deepcopy(model)``).
+        config: :class:`QuantConfig`.
+        calib: AWQ/GPTQ calibration data: token ids ``[n_samples, seq_len]`` (int64), a text string
+            (needs ``tok``), or ``None`` for WikiText-2 valid (needs ``tok``). Ignored by RTN.
+        tok: tokenizer for text calibration.
+
+    Returns:
+        ``(qmodel, report)``: ``qmodel`` has every non-skipped ``nn.Linear`` replaced by
+        :class:`QuantLinear`; ``report`` has one row per layer: ``layer, out_features, in_features,
+        method, w_bits, group_size, symmetric, weight_mse, max_abs_err, rel_err`` (of the effective
+        weight ``W_hat / input_scale`` vs ``W``), ``bits_per_weight`` (real storage bits of codes +
+        scales + zeros + AWQ scale per weight), and for AWQ ``awq_alpha, awq_loss_rtn, awq_loss``.
+        Linears outside the decoder stack that are not skipped are quantized with RTN under AWQ/GPTQ
+        (column ``calibrated`` says which).
+
+    Raises:
+        ValueError: a group size that does not divide a layer's ``in_features`` (names the layer);
+            empty calibration text; no calibration source; a model without a decoder stack for AWQ/GPTQ.
+    """
+    qmodel = copy.deepcopy(model)
+    qmodel.eval()
+    lins = quantizable_linears(qmodel, config)
+    rows, done = [], set()
+    if config.method in ("awq", "gptq"):
+        if isinstance(calib, torch.Tensor):
+            ids = calib.long()
+            if ids.ndim != 2 or ids.numel() == 0:
+                raise ValueError(f"calib token ids must be [n_samples, seq_len]; got shape {tuple(ids.shape)}")
+        else:
+            if tok is None:
+                raise ValueError(f"method={config.method!r} needs calibration data: pass calib= token ids "
+                                 "[n_samples, seq_len], or text (or None for WikiText-2 valid) with tok=")
+            ids = calibration_ids(tok, calib, config.n_calib_samples, config.calib_seq_len, config.seed)
+        layers = decoder_layers(qmodel)
+        base = next(n for n, m in qmodel.named_modules() if m is layers)
+        inputs = capture_layer0_inputs(qmodel, ids)
+        it = range(len(layers))
+        if progress:
+            from tqdm.auto import tqdm
+
+            it = tqdm(it, desc=f"{config.method.upper()} layers")
+        for i in it:
+            prefix = f"{base}.{i}."
+            mine = {n[len(prefix):]: m for n, m in lins.items() if n.startswith(prefix)}
+            for n, (ql, extra) in _calibrated_layer(layers[i], prefix, inputs, mine, config).items():
+                rows.append(_report_row(prefix + n, mine[n], ql, config, calibrated=True, **extra))
+                _set_module(layers[i], n, ql)
+                done.add(prefix + n)
+            inputs = run_layer(layers[i], inputs)
+    for name, lin in lins.items():
+        if name not in done:
+            ql = _rtn_layer(name, lin, config)
+            rows.append(_report_row(name, lin, ql, config, calibrated=False))
+            _set_module(qmodel, name, ql)
+    qmodel.workbench_quant_config = config
+    return qmodel, pd.DataFrame(rows)

@@ -1,0 +1,54 @@
+"""Notebook explorer over a precomputed quantization grid (sliders only filter a DataFrame)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .plots import plot_metric_vs_bits, series_name
+
+__all__ = ["quant_explorer"]
+
+_GRAN_CODE = {"per_tensor": 0, "per_channel": -1}
+
+
+def quant_explorer(grid: pd.DataFrame, metric: str = "kl_mean"):
+    """Dropdowns and a bits slider (method, bits, granularity, group size) over ``grid`` (rows of
+    :func:`workbench.quant.run_quant_sweep`). Each change redraws, through
+    ``ipywidgets.interactive_output``, the ``metric``-vs-bits chart of the chosen series with the
+    chosen point marked, plus that point's row (memory, KL, top-1, ppl). Returns an ``ipywidgets.VBox``.
+    Raises ``ValueError`` if ``grid`` has no quantized rows.
+    """
+    import ipywidgets as W
+    import plotly.graph_objects as go
+    from IPython.display import display
+
+    q = grid[grid["method"] != "fp"]
+    if q.empty:
+        raise ValueError("grid has no quantized rows; run run_quant_sweep with some configs first")
+    method = W.Dropdown(options=sorted(q["method"].unique()), description="method")
+    bits = W.SelectionSlider(options=sorted(int(b) for b in q["w_bits"].unique()), description="w_bits",
+                             continuous_update=False)
+    gran = W.Dropdown(options=sorted(q["granularity"].unique()), description="granularity")
+    gs = W.Dropdown(options=sorted(int(g) for g in q.loc[q["group_size"] > 0, "group_size"].unique()) or [128],
+                    description="group_size")
+    cols = ["label", "w_bits", "weight_bytes", "bits_per_weight_quantized", "kl_mean", "kl_p95", "top1_agreement",
+            "ppl"] + [c for c in ("mmlu_acc", "mmlu_ci_lo", "mmlu_ci_hi") if c in grid]
+
+    def show(method, bits, gran, gs):
+        code = _GRAN_CODE.get(gran, gs)
+        series = q[(q["method"] == method) & (q["group_size"] == code)]
+        if series.empty:
+            print(f"no grid point for {method} / {gran} / group_size={gs}; pick another combination")
+            return
+        fig = plot_metric_vs_bits(pd.concat([grid[grid["method"] == "fp"], series]), metric)
+        point = series[series["w_bits"] == bits]
+        if not point.empty:
+            fig.add_trace(go.Scatter(x=point["w_bits"], y=point[metric], mode="markers", name="selected",
+                                     marker={"size": 16, "symbol": "circle-open", "line_width": 3}))
+            display(point[[c for c in cols if c in point]].assign(series=point.apply(series_name, axis=1)))
+        else:
+            print(f"w_bits={bits} was not measured for this series")
+        fig.show()
+
+    out = W.interactive_output(show, {"method": method, "bits": bits, "gran": gran, "gs": gs})
+    return W.VBox([W.HBox([method, gran, gs]), bits, out])
