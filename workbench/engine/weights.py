@@ -98,6 +98,14 @@ def _fused_quant(qdict, names, in_features):
     return tuple(torch.cat([p[i] for p in parts], 0) for i in range(3))
 
 
+def _dense(linear) -> torch.Tensor:
+    """``[out, in]`` weight a Linear applies to its raw input: ``nn.Linear.weight``, or for a
+    :class:`workbench.quant.QuantLinear` its dequantized ``W_hat / input_scale`` (``effective_weight``),
+    so quantized drafts run through the engine with the numbers of their correctness path."""
+    eff = getattr(linear, "effective_weight", None)
+    return eff() if callable(eff) else linear.weight
+
+
 def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_size=128,
                     quantize_lm_head=False) -> ModelWeights:
     """Copy (and fuse) the weights of an HF ``LlamaForCausalLM``/``Qwen2ForCausalLM``.
@@ -111,13 +119,13 @@ def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_s
     for i, blk in enumerate(base.layers):
         a, m = blk.self_attn, blk.mlp
         pre = f"model.layers.{i}."
-        wqkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0).to(device, dtype)
+        wqkv = torch.cat([_dense(a.q_proj), _dense(a.k_proj), _dense(a.v_proj)], 0).to(device, dtype)
         qn = [pre + f"self_attn.{p}_proj" for p in "qkv"]
         biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
         bqkv = torch.cat(biases).to(device, dtype) if biases[0] is not None else None
-        wgu = torch.cat([m.gate_proj.weight, m.up_proj.weight], 0).to(device, dtype)
-        wo = a.o_proj.weight.to(device, dtype)
-        wd = m.down_proj.weight.to(device, dtype)
+        wgu = torch.cat([_dense(m.gate_proj), _dense(m.up_proj)], 0).to(device, dtype)
+        wo = _dense(a.o_proj).to(device, dtype)
+        wd = _dense(m.down_proj).to(device, dtype)
         layers.append(LayerWeights(
             ln1=blk.input_layernorm.weight.to(device, dtype),
             wqkv=make_linear(wqkv, _fused_quant(w4a16, qn, wqkv.shape[1]), dtype, backend, group_size),

@@ -14,7 +14,7 @@ import torch
 
 from workbench.spec.alignment import alignment_metrics, score_positions
 from workbench.spec.config import SpecConfig
-from workbench.spec.generate import as_runner, autoregressive_generate, speculative_generate
+from workbench.spec.generate import autoregressive_generate, speculative_generate
 from workbench.spec.theory import expected_tokens_per_step, speedup
 
 
@@ -49,8 +49,9 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
         target: module or Runner. drafts: ``{name: module | Runner | (module, info)}``.
         prompts: DataFrame with ``prompt_id, category, prompt_ids`` (see :func:`encode_prompts`).
         configs: one :class:`SpecConfig` or a list.
-        runner_factory: module -> Runner (default ``HFRunner``; pass ``engine.runner``-style factories
-            for the fast path). Runners given directly are used as they are.
+        runner_factory: module -> Runner (default :func:`workbench.engine.fast_runner`: the engine,
+            whose KV cache is sized for these prompts and configs; ``HFRunner`` for architectures it
+            does not cover). Runners given directly are used as they are.
         clock: timer for every timing (default ``time.perf_counter``; ``time.process_time`` = CPU time
             of this process, robust to other jobs on a shared CPU, for CPU runs only).
 
@@ -65,7 +66,12 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
     """
     configs = [configs] if isinstance(configs, SpecConfig) else list(configs)
     timer = {} if clock is None else {"clock": clock}
-    make = runner_factory or as_runner
+    if runner_factory is None:  # the engine (every timing goes through it); HFRunner if unsupported
+        from workbench.engine import fast_runner
+
+        need = max(len(p) for p in prompts["prompt_ids"]) + max(c.max_new_tokens + c.k_max for c in configs) + 2
+        runner_factory = lambda m: fast_runner(m, max_seq=need)
+    make = runner_factory
     wrap = lambda m: m if not isinstance(m, torch.nn.Module) else make(m)
     t_run = wrap(target)
     d_runs = {name: wrap(d[0] if isinstance(d, tuple) else d) for name, d in drafts.items()}
