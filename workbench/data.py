@@ -24,12 +24,12 @@ import pandas as pd
 
 __all__ = [
     "DataFormatError",
-    "shared_data_dir",
     "load_mmlu",
+    "load_prompts",
+    "load_text",
     "read_mmlu_csv",
     "sample_mmlu",
-    "load_text",
-    "load_prompts",
+    "shared_data_dir",
 ]
 
 LETTERS = "ABCD"

@@ -33,10 +33,10 @@ __all__ = [
     "ModelNotAvailableError",
     "TokenizerMismatchError",
     "cache_dir",
+    "check_tokenizers_match",
     "load_model",
     "load_pair",
     "provenance_of",
-    "check_tokenizers_match",
 ]
 
 

@@ -13,14 +13,15 @@ import platform
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pandas as pd
 
-__all__ = ["results_dir", "collect_provenance", "save_results", "load_results", "sweep"]
+__all__ = ["collect_provenance", "load_results", "results_dir", "save_results", "sweep"]
 
 
 def results_dir() -> Path:
@@ -123,7 +124,7 @@ def save_results(df: pd.DataFrame, name: str, provenance: dict | None = None, ro
     t0 = prov.pop("_t0", None)
     if t0 is not None:
         prov["wall_time_s"] = round(time.time() - t0, 3)
-    prov["rows"] = int(len(df))
+    prov["rows"] = len(df)
     _atomic_write(root / f"{name}.parquet", lambda p: df.to_parquet(p, index=False))
     _atomic_write(root / f"{name}.json", lambda p: p.write_text(json.dumps(prov, indent=2, default=str)))
     return root / f"{name}.parquet"

@@ -45,9 +45,8 @@ def lm_eval_mmlu(model, tok, questions: pd.DataFrame, dev: pd.DataFrame, n_shot:
             order[subject] = list(g["qid"])
             for split, df in (("test", g), ("dev", dev[dev["subject"] == subject])):
                 with open(Path(td) / f"{subject}_{split}.jsonl", "w") as f:
-                    for r in df.itertuples():
-                        f.write(json.dumps({"question": r.question, "subject": subject,
-                                            "choices": list(r.choices), "answer": int(r.answer)}) + "\n")
+                    f.writelines(json.dumps({"question": r.question, "subject": subject,
+                                            "choices": list(r.choices), "answer": int(r.answer)}) + "\n" for r in df.itertuples())
             cfg = load_yaml(tm._entry(f"mmlu_{subject}").yaml_path, resolve_func=True)
             cfg.pop("tag", None)
             cfg.update(task=f"wb_mmlu_{subject}", dataset_path="json", dataset_name=None,

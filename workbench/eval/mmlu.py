@@ -28,7 +28,7 @@ import torch
 
 from workbench.stats import binomial_ci
 
-__all__ = ["MMLUConfig", "format_question", "subject_prefix", "run_mmlu", "summarize_mmlu"]
+__all__ = ["MMLUConfig", "format_question", "run_mmlu", "subject_prefix", "summarize_mmlu"]
 
 LETTERS = "ABCD"
 

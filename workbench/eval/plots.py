@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-__all__ = ["plot_mmlu_subjects", "plot_mmlu_by_shots"]
+__all__ = ["plot_mmlu_by_shots", "plot_mmlu_subjects"]
 
 CHANCE = 0.25  # four choices
 
