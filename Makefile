@@ -34,11 +34,11 @@ reports: $(STAMP)
 # Tests run offline, one torch thread (tests/conftest.py); notebooks at smoke sizes (WB_SMOKE=1).
 # Headless kernels were seen to stall now and then on a busy 2-core machine (kernel idle, client still
 # waiting); the notebook runs here keep IOPub traffic small (no embedded plotly.js, progress bars
-# updated every 10 s), a stalled cell times out after 300 s (smoke cells take well under a minute), and a failed item is retried twice.
+# updated every 10 s), a stalled cell times out after 300 s (smoke cells take well under a minute), any test item is stopped after 25 min (pytest-timeout), and a failed item is retried twice.
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WB_SMOKE=1 WORKBENCH_RESULTS=$${WORKBENCH_RESULTS:-$$(mktemp -d)} \
 	  WORKBENCH_PLOTLY_RENDERER=plotly_mimetype TQDM_MININTERVAL=10 HF_HUB_DISABLE_PROGRESS_BARS=1 \
-	  $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=300 --reruns 2 -p no:cacheprovider $(PYTEST_ARGS)
+	  $(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=300 --timeout=1500 --reruns 2 -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest tests -m "not slow and not reference" $(PYTEST_ARGS)
