@@ -24,7 +24,7 @@ reports: $(STAMP)
 	@mkdir -p reports
 	@set -e; for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; start=$$(date +%s); \
-	  $(PY) -m nbconvert --to notebook --execute --ExecutePreprocessor.timeout=-1 \
+	  $(PY) -m nbconvert --to notebook --execute --ExecutePreprocessor.timeout=7200 \
 	      --output-dir reports "$$nb"; \
 	  $(PY) -m nbconvert --to html --output-dir reports "reports/$$(basename $$nb)"; \
 	  echo "   $$nb took $$(( $$(date +%s) - start )) s"; \
