@@ -217,3 +217,30 @@ def run_prefill_first(arr, prompt, n_out, has_kv, cost: CostModel, cap: int, max
             B -= 1
             K -= prompt[i] + n_out[i] - 1
     return (first, finish, npre, ntok, toks) if record else (first, finish, npre, ntok)
+
+
+def round_robin(workload, n_instances: int, record: bool, run_one) -> dict:
+    """Route requests round-robin over ``n_instances`` identical instances and gather per-request arrays.
+
+    ``run_one(arrival_ms, prompt_len, output_len)`` (lists for one instance's requests) returns
+    ``(first, finish, n_preempt, n_tokens[, token_times])`` as the instance loops here do. Returns
+    ``first_ms``, ``finish_ms`` (ms since t = 0), ``n_preempt``, ``n_tokens``, ``instance``, and with
+    ``record`` ``token_ms`` (every request's token times, ms).
+    """
+    n = len(workload)
+    arr = workload.arrival_s * 1e3
+    out = {k: np.full(n, np.nan) for k in ("first_ms", "finish_ms")}
+    out["n_preempt"], out["instance"] = np.zeros(n, np.int64), np.arange(n) % n_instances
+    out["n_tokens"] = np.zeros(n, np.int64)
+    out["token_ms"] = [None] * n if record else None
+    for inst in range(n_instances):
+        idx = np.flatnonzero(out["instance"] == inst)
+        if idx.size == 0:
+            continue
+        fi, fn, npre, ntok, *toks = run_one(arr[idx].tolist(), workload.prompt_len[idx].tolist(),
+                                            workload.output_len[idx].tolist())
+        for j, q in enumerate(idx.tolist() if record else ()):
+            out["token_ms"][q] = toks[0][j]
+        out["first_ms"][idx], out["finish_ms"][idx], out["n_preempt"][idx] = fi, fn, npre
+        out["n_tokens"][idx] = ntok
+    return out

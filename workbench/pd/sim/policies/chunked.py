@@ -12,10 +12,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-import numpy as np
-
 from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.instance import cum_steps, step_ends, steps_until
+from workbench.pd.sim.instance import cum_steps, round_robin, step_ends, steps_until
 
 NAME = "chunked"
 
@@ -150,21 +148,5 @@ def run_chunked(arr, prompt, n_out, cost: CostModel, cap: int, max_batch: int, b
 def run(workload, config, cost: CostModel, record: bool = False) -> dict:
     """Round-robin over ``config.n_instances`` chunked instances; per-request arrays (ms), and with
     ``record`` ``token_ms``: every request's token times."""
-    n = len(workload)
-    arr = workload.arrival_s * 1e3
-    out = {k: np.full(n, np.nan) for k in ("first_ms", "finish_ms")}
-    out["n_preempt"], out["instance"] = np.zeros(n, np.int64), np.arange(n) % config.n_instances
-    out["n_tokens"] = np.zeros(n, np.int64)
-    out["token_ms"] = [None] * n if record else None
-    for inst in range(config.n_instances):
-        idx = np.flatnonzero(out["instance"] == inst)
-        if idx.size == 0:
-            continue
-        fi, fn, npre, ntok, *toks = run_chunked(
-            arr[idx].tolist(), workload.prompt_len[idx].tolist(), workload.output_len[idx].tolist(), cost,
-            config.kv_capacity_tokens, config.max_batch, config.chunk_budget, record)
-        for j, q in enumerate(idx.tolist() if record else ()):
-            out["token_ms"][q] = toks[0][j]
-        out["first_ms"][idx], out["finish_ms"][idx], out["n_preempt"][idx] = fi, fn, npre
-        out["n_tokens"][idx] = ntok
-    return out
+    return round_robin(workload, config.n_instances, record, lambda arr, prompt, out_len: run_chunked(
+        arr, prompt, out_len, cost, config.kv_capacity_tokens, config.max_batch, config.chunk_budget, record))
