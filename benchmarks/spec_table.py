@@ -63,6 +63,14 @@ def main() -> None:
     ap.add_argument("--distill-steps", type=int, default=150)
     ap.add_argument("--distill-batch", type=int, default=4)
     ap.add_argument("--distill-seq", type=int, default=64)
+    ap.add_argument("--distill-lr", type=float, default=1e-3)
+    ap.add_argument("--distill-data", choices=["self", "wikitext"], default="self",
+                    help="self: the target's own chat continuations of the Spec-Bench prompts NOT evaluated "
+                         "(DistillSpec's on-policy data); wikitext: WikiText-2 valid")
+    ap.add_argument("--distill-gen-new", type=int, default=192, help="tokens generated per held-out prompt")
+    ap.add_argument("--distill-gen-samples", type=int, default=2, help="sampled continuations per prompt (T=0.8), "
+                    "plus one greedy")
+    ap.add_argument("--distill-prompts", type=int, default=None, help="use at most this many held-out prompts")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
@@ -78,35 +86,58 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from workbench.data import load_prompts
     from workbench.models import load_model
-    from workbench.spec import SpecConfig, encode_prompts, make_draft, run_spec
+    from workbench.engine import fast_runner
+    from workbench.spec import SpecConfig, encode_prompts, make_draft, run_spec, target_generations
 
     t_start = time.perf_counter()
     target, tok = load_model("smollm2-135m", device=args.device)
+    all_prompts = load_prompts("spec-bench")
     prompts = load_prompts("spec-bench", n=args.n_prompts, seed=0)
     prompts = prompts.sample(frac=1.0, random_state=0).reset_index(drop=True)  # categories interleaved
     prompts = prompts.iloc[args.start:].reset_index(drop=True)
     prompts = encode_prompts(tok, prompts, max_prompt_tokens=args.max_prompt_tokens)
+    distill_text = None
+    if "distilled" in args.drafts and args.distill_data == "self":
+        t0 = time.perf_counter()
+        held = all_prompts[~all_prompts.prompt_id.isin(prompts.prompt_id)].head(args.distill_prompts)
+        held = encode_prompts(tok, held, max_prompt_tokens=args.max_prompt_tokens)
+        gen_kw = {"max_new_tokens": args.distill_gen_new, "eos_token_id": tok.eos_token_id,
+                  "pad_token_id": tok.pad_token_id or 0, "batch_size": 64 if args.device != "cpu" else 8}
+        distill_text = torch.cat([
+            target_generations(target, held.prompt_ids, temperature=0.0, **gen_kw),
+            target_generations(target, held.prompt_ids, temperature=0.8, samples=args.distill_gen_samples, **gen_kw)])
+        print(f"# distillation data: {len(held)} held-out prompts, {len(distill_text)} tokens of the target's "
+              f"own continuations, in {time.perf_counter() - t0:.0f} s", flush=True)
     drafts = {}
     for name in args.drafts:
         t0 = time.perf_counter()
         kw = {"steps": args.distill_steps, "tokenizer": tok, "batch_size": args.distill_batch,
-                  "seq_len": args.distill_seq, "eval_every": max(1, args.distill_steps // 10)}
+              "seq_len": args.distill_seq, "eval_every": max(1, args.distill_steps // 10),
+              "lr": args.distill_lr, "text": distill_text}
         drafts[name], info = make_draft(target, name, tok, distill_kwargs=kw)
         if "curve" in info:
             print(markdown(info["curve"].round(4)), flush=True)
         print(f"# draft {name} built in {time.perf_counter() - t0:.0f} s", flush=True)
     configs = [SpecConfig(k=args.k, temperature=t, max_new_tokens=args.max_new) for t in args.temperatures]
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    # one engine per model for the whole run (KV cache sized for the longest prompt; graphs captured once)
+    max_seq = int(prompts.n_prompt.max()) + args.max_new + args.k + 2
+    t_run = fast_runner(target, max_seq=max_seq)
+    d_runs = {n: fast_runner(d, max_seq=max_seq) for n, d in drafts.items()}
+    print(f"# runners: target {type(t_run).__name__}, drafts "
+          f"{ {n: type(r).__name__ for n, r in d_runs.items()} }, max_seq {max_seq}", flush=True)
     parts = []
     for i in range(len(prompts)):
-        parts.append(run_spec(target, drafts, prompts.iloc[[i]], configs, clock=clock))
+        parts.append(run_spec(t_run, d_runs, prompts.iloc[[i]], configs, clock=clock,
+                              stop_token_ids=[tok.eos_token_id]))
         if args.out:
             pd.concat(parts, ignore_index=True).to_pickle(args.out)
         print(f"# prompt {i + 1}/{len(prompts)} ({prompts.category[i]}) done at "
               f"{time.perf_counter() - t_start:.0f} s", flush=True)
     rows = pd.concat(parts, ignore_index=True)
     print(f"\n## SmolLM2-135M-Instruct, k={args.k}, {args.max_new} new tokens, device={args.device}, "
-          f"threads={args.threads}, clock={args.clock}, distill steps={args.distill_steps}\n")
+          f"threads={args.threads}, clock={args.clock}, distill steps={args.distill_steps} "
+          f"(data: {args.distill_data}, batch {args.distill_batch} x {args.distill_seq} tokens)\n")
     print(table(rows))
 
 

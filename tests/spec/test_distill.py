@@ -32,3 +32,30 @@ def test_bad_config(toy):
         distill_draft(target, text=torch.zeros(1000, dtype=torch.long), steps=1, init="copy")
     with pytest.raises(ValueError, match="tokens"):
         distill_draft(target, text=torch.zeros(50, dtype=torch.long), steps=1)
+
+
+def test_target_generations_match_greedy_decoding(toy):
+    """Batched, left-padded HF generate (the data path) against our own one-token-at-a-time greedy
+    decoding (workbench.spec.generate): the same continuations, token for token."""
+    from workbench.spec.distill import target_generations
+    from workbench.spec.generate import autoregressive_generate
+
+    target = toy.tiny_llama(vocab=64, seed=3, layers=2)
+    prompts = [[5, 9, 2, 33], [7], [11, 12, 13, 14, 15, 16, 17]]  # ragged: left padding is exercised
+    ids = target_generations(target, prompts, max_new_tokens=6, batch_size=2, pad_token_id=0)
+    expect = []
+    for p in prompts:
+        expect += p + autoregressive_generate(target, torch.tensor(p), temperature=0.0, max_new_tokens=6).tokens
+    assert ids.dtype == torch.long and ids.tolist() == expect
+    with pytest.raises(ValueError, match="samples=1"):
+        target_generations(target, prompts, temperature=0.0, samples=2)
+
+
+def test_target_generations_stop_at_eos(toy):
+    from workbench.spec.distill import target_generations
+
+    target = toy.tiny_llama(vocab=64, seed=3, layers=2)
+    free = target_generations(target, [[5, 9]], max_new_tokens=8)[2:].tolist()
+    eos = free[3]  # make the 4th generated token the stop token: generation ends after it
+    stopped = target_generations(target, [[5, 9]], max_new_tokens=8, eos_token_id=eos)[2:].tolist()
+    assert stopped == free[: free.index(eos) + 1]

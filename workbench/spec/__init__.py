@@ -7,7 +7,7 @@ Entry points: :func:`speculative_generate` / :func:`autoregressive_generate` (an
 
 from workbench.spec.alignment import alignment_metrics
 from workbench.spec.config import SpecConfig
-from workbench.spec.distill import distill_draft
+from workbench.spec.distill import distill_draft, target_generations
 from workbench.spec.drafts import build_drafts, make_draft, truncated_draft
 from workbench.spec.generate import GenerationResult, autoregressive_generate, speculative_generate
 from workbench.spec.metrics import SpecDecodingStats
@@ -18,5 +18,6 @@ from workbench.spec.theory import best_k, expected_tokens_per_step, speedup
 __all__ = [
     "GenerationResult", "SpecConfig", "SpecDecodingStats", "alignment_metrics", "autoregressive_generate",
     "best_k", "build_drafts", "distill_draft", "encode_prompts", "expected_tokens_per_step", "make_draft",
-    "rejection_sample", "run_spec", "speculative_generate", "speedup", "summarize_spec", "truncated_draft",
+    "rejection_sample", "run_spec", "speculative_generate", "speedup", "summarize_spec", "target_generations",
+    "truncated_draft",
 ]

@@ -59,6 +59,62 @@ def _kl_and_alpha(t_logits: torch.Tensor, d_logits: torch.Tensor) -> tuple[torch
     return kl, alpha
 
 
+def target_generations(target: torch.nn.Module, prompts, *, max_new_tokens: int = 128,
+                       temperature: float = 0.0, samples: int = 1, batch_size: int = 32, pad_token_id: int = 0,
+                       eos_token_id: int | None = None, seed: int = 0) -> torch.Tensor:
+    """Distillation data from the target itself: each prompt followed by the target's continuation.
+
+    Training a draft on text the target *generates* (rather than on a corpus such as WikiText)
+    matches the distribution the draft must predict at decode time; DistillSpec (Zhou et al. 2023,
+    arXiv 2310.08461, Sec. 4) finds such on-policy data raises acceptance. Decoding is HF
+    ``generate`` with left padding, batched; it is data preparation, not a timing.
+
+    Args:
+        target: a causal LM (HF module).
+        prompts: sequences of token ids (``list[list[int]]``, e.g. chat-templated prompts from
+            :func:`workbench.spec.run.encode_prompts`), none of which may be used for evaluation.
+        max_new_tokens: tokens generated per prompt and sample (fewer when EOS comes first).
+        temperature: 0 = greedy (``samples`` must then be 1), else multinomial sampling at it.
+        samples: continuations per prompt.
+        eos_token_id: stop token (generation of a sequence ends after it; it is kept).
+
+    Returns:
+        ``[N]`` int64 (CPU): for each prompt and sample, its prompt ids then its continuation, all
+        concatenated; ready for ``distill_draft(text=...)``.
+
+    Raises:
+        ValueError: empty ``prompts`` or prompt, ``temperature < 0``, ``samples > 1`` with greedy
+        decoding, ``max_new_tokens < 1``.
+    """
+    prompts = [[int(t) for t in p] for p in prompts]
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+    if temperature < 0 or max_new_tokens < 1 or samples < 1:
+        raise ValueError(f"need temperature >= 0, max_new_tokens >= 1, samples >= 1 "
+                         f"(got {temperature}, {max_new_tokens}, {samples})")
+    if temperature == 0 and samples > 1:
+        raise ValueError("greedy decoding (temperature=0) gives one continuation per prompt; set samples=1")
+    device = next(target.parameters()).device
+    torch.manual_seed(seed)
+    jobs = [p for p in prompts for _ in range(samples)]
+    out = []
+    for i in range(0, len(jobs), batch_size):
+        chunk = jobs[i:i + batch_size]
+        width = max(len(p) for p in chunk)
+        ids = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in chunk], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
+        kw = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 \
+            else {"do_sample": False}
+        with torch.no_grad():
+            gen = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                  pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kw)
+        for p, row in zip(chunk, gen[:, width:].tolist()):
+            if eos_token_id is not None and eos_token_id in row:
+                row = row[: row.index(eos_token_id) + 1]
+            out.extend(p + row)
+    return torch.tensor(out, dtype=torch.long)
+
+
 def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: int = 100, *,
                   tokenizer=None, n_layers: int = 2, seq_len: int = 64, batch_size: int = 4,
                   lr: float = 1e-3, init: str = "spread", eval_every: int = 10, eval_windows: int = 4,
@@ -144,4 +200,4 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
     return draft, pd.DataFrame(rows)
 
 
-__all__ = ["distill_draft"]
+__all__ = ["distill_draft", "target_generations"]

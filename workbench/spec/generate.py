@@ -50,6 +50,14 @@ def as_runner(model_or_runner) -> Runner:
     raise TypeError(f"expected a Runner or a torch.nn.Module, got {type(model_or_runner).__name__}")
 
 
+def _generator(generator: torch.Generator | None, seed: int, device: torch.device) -> torch.Generator:
+    """The sampling RNG, on the device the logits live on (sampling stays on the GPU for GPU runners;
+    a CUDA generator draws a different stream than a CPU one with the same seed)."""
+    if generator is not None:
+        return generator
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def _config(config: SpecConfig | None, **kw) -> SpecConfig:
     return config if config is not None else SpecConfig(**kw)
 
@@ -87,13 +95,13 @@ def autoregressive_generate(model, prompt_ids, temperature: float = 0.0, top_p: 
     sampling settings or an empty prompt.
     """
     cfg = _config(config, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-    gen = generator or torch.Generator().manual_seed(cfg.seed)
     runner = as_runner(model)
     prompt, stop = _prompt_list(prompt_ids), set(stop_token_ids)
     runner.reset()
     t0 = clock()
     logits = runner.extend(torch.tensor(prompt))[-1]  # [V]
     prefill_s = _timed(runner, t0, clock)
+    gen = _generator(generator, cfg.seed, logits.device)
     out, times, kept = [], [], []
     t_start = clock()
     while True:
@@ -134,8 +142,8 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
     """
     cfg = _config(config, k=k, temperature=temperature, top_p=top_p, policy=policy,
                   max_new_tokens=max_new_tokens, seed=seed, k_max=max(16, k))
-    gen = generator or torch.Generator().manual_seed(cfg.seed)
     t_run, d_run = as_runner(target), as_runner(draft)
+    gen = None
     if t_run.vocab_size != d_run.vocab_size:
         raise ValueError(f"target vocab_size {t_run.vocab_size} != draft vocab_size {d_run.vocab_size}: "
                          "speculative decoding needs one vocabulary (check_tokenizers_match)")
@@ -155,6 +163,8 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
         # draft: up to k_step tokens, x_i ~ q_i
         t0 = clock()
         logits = d_run.extend(torch.tensor(seq[d_run.length:]))[-1]  # [V]
+        if gen is None:
+            gen = _generator(generator, cfg.seed, logits.device)
         drafts, qs = [], []
         for i in range(k_step):
             q = probs_from_logits(logits, cfg.temperature, cfg.top_p)  # [V]
@@ -170,7 +180,8 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
         m = len(drafts)
         p_logits = t_run.extend(torch.tensor(seq[t_run.length:] + drafts))[-(m + 1):]  # [m+1, V]
         ps = probs_from_logits(p_logits, cfg.temperature, cfg.top_p)
-        out, n_acc = rejection_sample(torch.tensor([drafts]), torch.stack(qs)[None], ps[None], gen)
+        out, n_acc = rejection_sample(torch.tensor([drafts], device=ps.device), torch.stack(qs)[None].to(ps.device),
+                                      ps[None], gen)
         n = int(n_acc[0])
         target_s = _timed(t_run, t0, clock)
         # commit at most the remaining budget, up to and including a stop token
