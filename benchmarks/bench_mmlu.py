@@ -120,7 +120,8 @@ def engine_mmlu(eng: Engine, p_ids: dict, toks: list, letter_ids: list) -> torch
 
 def lm_eval_mmlu(model, tok, prefix: dict, items: list, batch_size: int = 16,
                  max_length: int = 4096) -> tuple[torch.Tensor, float]:
-    """lm-eval's HF backend (``HFLM.loglikelihood``) on the same contexts; returns predictions and seconds."""
+    """lm-eval's HF backend (``HFLM.loglikelihood``) on the same contexts; returns the log-likelihoods
+    ``[n_items, 4]`` (float, nats, one per answer letter) and seconds."""
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
@@ -136,7 +137,7 @@ def lm_eval_mmlu(model, tok, prefix: dict, items: list, batch_size: int = 16,
     sync()
     secs = time.perf_counter() - t0
     ll = torch.tensor([r[0] for r in res]).view(-1, 4)
-    return ll.argmax(-1), secs
+    return ll, secs
 
 
 def run(mmlu_dir: str, tok_dir: str, model_name: str = "qwen2-7b", max_batch: int = 96,
@@ -178,9 +179,19 @@ def run(mmlu_dir: str, tok_dir: str, model_name: str = "qwen2-7b", max_batch: in
         torch.cuda.empty_cache()
     # lm-eval on a per-subject subset (the full set would take minutes on the HF backend)
     sub = test.groupby("subject", sort=False).head(lm_eval_per_subject).index.tolist()
-    lm_preds, lm_s = lm_eval_mmlu(model, tok, prefix, [items[i] for i in sub], max_length=max(max_len + 8, 2048))
+    lm_ll, lm_s = lm_eval_mmlu(model, tok, prefix, [items[i] for i in sub], max_length=max(max_len + 8, 2048))
+    lm_preds = lm_ll.argmax(-1)
     eng_sub = preds[sub]
     agree = (lm_preds == eng_sub)
+    # lm-eval's margin between its best and second-best letter (nats): a flip where the margin is
+    # within bf16 rounding of the two paths is a near-tie, not a scoring difference
+    top2 = lm_ll.topk(2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1]).float()
+    out.update({"lm_eval_margin_median": float(margin.median()),
+                "lm_eval_margin_mismatched_max": float(margin[~agree].max()) if (~agree).any() else 0.0,
+                "lm_eval_margin_mismatched": [round(float(m), 5) for m in margin[~agree].tolist()][:50],
+                "frac_margin_below_mismatched_max": float((margin <= margin[~agree].max()).float().mean())
+                if (~agree).any() else 0.0})
     out.update({"lm_eval_n": len(sub), "lm_eval_s": lm_s, "lm_eval_s_per_q": lm_s / len(sub),
                 "lm_eval_s_extrapolated_14042": lm_s / len(sub) * len(items),
                 "engine_s_per_q": eng_s / len(items),
