@@ -11,6 +11,10 @@ write to and no valid query attends to. Attention is ``F.scaled_dot_product_atte
 explicit additive mask (key ``s`` visible to the query at position ``p`` iff ``s <= p``) over the
 whole cache row in graph steps and over the columns in use in eager steps, with the query heads
 grouped per KV head so K/V are never repeated (grouped-query attention, Ainslie et al. 2023).
+On CUDA, steps with ``T <= graph_max_t`` instead use the split-KV decode-attention kernel of
+:mod:`workbench.kernels.attention` (``Engine.decode_attention``), which reads each query's position
+from a device tensor and touches only the columns below it: one graph serves every context length and
+the step's attention cost follows the real context, not ``max_seq``.
 
 Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row's last valid logits
 ``[B, vocab]`` (prefill and MMLU scoring), and :meth:`Engine.weight_bytes` /
@@ -35,6 +39,18 @@ def default_w4a16_backend(device: torch.device) -> str:
     M >= 8 but gemlite returned NaN in one engine configuration (cause not established), so it is
     opt-in."""
     return "tinygemm" if device.type == "cuda" else "dequant"
+
+
+def _decode_attention_kernel(device: torch.device, head_dim: int):
+    """:func:`workbench.kernels.attention.decode_attention` on CUDA for a power-of-two ``head_dim``
+    >= 16 if triton imports, else None (SDPA with a mask)."""
+    if device.type != "cuda" or head_dim & (head_dim - 1) or head_dim < 16:
+        return None
+    try:
+        from workbench.kernels.attention import decode_attention
+    except ImportError:
+        return None
+    return decode_attention
 
 
 def _default_device(device):
@@ -80,6 +96,9 @@ class Engine:
         self._graphs: dict = {}
         self._pool = None
         self._dev_cache: dict = {}
+        # attention of small steps (T <= graph_max_t): Triton decode kernel on CUDA, else None = SDPA;
+        # set before graphs are captured (a captured graph keeps the choice)
+        self.decode_attention = _decode_attention_kernel(device, spec.head_dim)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -235,10 +254,17 @@ class Engine:
         pos = self._len_dev.index_select(0, slots).unsqueeze(1) + ar  # [B, T]
         wpos = torch.where(ar.unsqueeze(0) < n_valid.unsqueeze(1), pos, self.scratch).clamp_(max=self.scratch)
         kv_len = kv_len or self.s_cache
-        mask = self._key_pos[:kv_len].view(1, 1, -1) <= wpos.unsqueeze(-1)  # [B, T, kv_len]
-        mask = mask.unsqueeze(1).repeat(1, 1, g, 1)  # [B, 1, G*T, S_cache], row g*T + t
-        # additive float mask built once per step (SDPA would convert a bool mask in every layer)
-        mask = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(~mask, float("-inf"))
+        decode_attn = self.decode_attention if t <= self.graph_max_t else None
+        if decode_attn is not None:
+            # query t of row b sees keys s <= qpos[b, t]; padded queries act as the row's last valid
+            # one (position 0 if the row is empty), so the kernel reads only columns < len + n_valid
+            last_pos = (self._len_dev.index_select(0, slots) + n_valid - 1).clamp_(min=0)
+            qpos = torch.minimum(pos, last_pos.unsqueeze(1)).to(torch.int32)  # [B, T]
+        else:
+            mask = self._key_pos[:kv_len].view(1, 1, -1) <= wpos.unsqueeze(-1)  # [B, T, kv_len]
+            mask = mask.unsqueeze(1).repeat(1, 1, g, 1)  # [B, 1, G*T, S_cache], row g*T + t
+            # additive float mask built once per step (SDPA would convert a bool mask in every layer)
+            mask = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(~mask, float("-inf"))
         wpos_f = wpos.reshape(-1)
         x = self.w.embed.index_select(0, tokens.reshape(-1))  # [N, hidden]
         residual = None
@@ -248,11 +274,14 @@ class Engine:
             kc, vc = self.k_cache[li], self.v_cache[li]
             q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
                                    s.n_heads, kvh)  # [B, KV, G*T, D]
-            if prefix:
-                kk, vv = kc[:b, :, :kv_len], vc[:b, :, :kv_len]
+            if decode_attn is not None:
+                o = decode_attn(q, kc, vc, slots, qpos, scale)  # [B, KV, G*T, D]
             else:
-                kk, vv = kc[:, :, :kv_len].index_select(0, slots), vc[:, :, :kv_len].index_select(0, slots)
-            o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=scale)
+                if prefix:
+                    kk, vv = kc[:b, :, :kv_len], vc[:b, :, :kv_len]
+                else:
+                    kk, vv = kc[:, :, :kv_len].index_select(0, slots), vc[:, :, :kv_len].index_select(0, slots)
+                o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=scale)
             o = o.view(b, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(n, s.n_heads * d)
             x = lw.wo(o)
             if lw.bo is not None:
