@@ -34,11 +34,18 @@ from workbench.engine.weights import ModelWeights, random_weights, weights_from_
 
 
 def default_w4a16_backend(device: torch.device) -> str:
-    """``"tinygemm"`` on CUDA, ``"dequant"`` on CPU. Measured on the H200 (benchmarks/RESULTS.md):
-    tinygemm is the fastest correct INT4 kernel at M = 1; ``"tinygemm:gemlite"`` is faster for
-    M >= 8 but gemlite returned NaN in one engine configuration (cause not established), so it is
-    opt-in."""
-    return "tinygemm" if device.type == "cuda" else "dequant"
+    """``"triton:tinygemm"`` on CUDA (our Triton GEMV for one-row decode steps, torch's tinygemm for
+    more rows), ``"tinygemm"`` if triton does not import, ``"dequant"`` on CPU. Measured on the H200
+    (benchmarks/RESULTS.md): the Triton GEMV is the fastest correct INT4 kernel at M = 1, tinygemm at
+    M = 4; gemlite is faster for M >= 8 but returned NaN in one engine configuration (cause not
+    established), so it is opt-in (``"triton:gemlite"``)."""
+    if device.type != "cuda":
+        return "dequant"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "tinygemm"
+    return "triton:tinygemm"
 
 
 def _decode_attention_kernel(device: torch.device, head_dim: int):

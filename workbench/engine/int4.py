@@ -14,9 +14,10 @@ Backends for ``y = x @ w_hat.T``:
 * ``"tinygemm"`` -- ``torch.ops.aten._weight_int4pack_mm`` (CUDA, bf16), stores
   ``w_hat = (q - 8) * scale + (8 - zero) * scale``.
 * ``"gemlite"``  -- ``gemlite.GemLiteLinear`` Triton kernels (Mobius Labs), ``w_hat = q*scale - zero*scale``.
-* ``"triton"`` -- the GEMV of :mod:`workbench.kernels.w4a16` (``M <= 4`` rows only).
-* ``"small:large"`` (e.g. ``"triton:gemlite"``) -- one kernel for ``M <= 4`` rows (decode), another for
-  more rows (prefill, verify, large batches).
+* ``"triton"`` -- the GEMV of :mod:`workbench.kernels.w4a16` (``M <= 4`` rows only; tuned per shape on
+  first use outside graph capture, or up front with :meth:`Int4Linear.warmup`).
+* ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- one kernel for ``M <= SMALL_M`` (= 1) rows (batch-1
+  decode), another for more rows (prefill, verify, larger batches).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("tinygemm", "gemlite", "triton")  # "triton" handles M <= SMALL_M rows only
-SMALL_M = 4  # rows up to which the small-M kernel of a "small:large" backend is used
+SMALL_M = 1  # rows up to which the small-M kernel of a "small:large" backend is used (H200: the Triton
+# GEMV beats tinygemm at M = 1 only, benchmarks/RESULTS.md)
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite")
 
 
@@ -99,11 +101,15 @@ class Int4Linear:
             self.q, self.scales, self.zeros = q, scales, zeros
             return
         if small == "triton":
-            from workbench.kernels.w4a16 import pack_int4_words
+            from workbench.kernels.w4a16 import pack_int4_gemv
 
-            self.qw = pack_int4_words(q)  # [N, K // 8] int32
+            g = self.group_size
+            if g < 32 or g & (g - 1):
+                raise ValueError(f"backend {backend!r}: the Triton GEMV needs a power-of-two group_size >= 32, got {g}")
+            self.qw = pack_int4_gemv(q, g)  # [N, K // 8] int32, shuffled within each group
             self.s_t = scales.t().contiguous()  # [K // G, N]
-            self.zs_t = (zeros.float() * scales.float()).to(dtype).t().contiguous()
+            self.z_t = zeros.t().contiguous()  # [K // G, N]
+            self.int_zero = bool(torch.equal(zeros, zeros.round()))  # exact fast path for integer zeros
         if "tinygemm" in (small, large):
             packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
             self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, 8)
@@ -132,6 +138,22 @@ class Int4Linear:
         return self.out_features * self.in_features // 2 + 2 * self.out_features * (
             self.in_features // self.group_size) * torch.empty(0, dtype=self.dtype).element_size()
 
+    def _tune(self, x):
+        from workbench.kernels import w4a16
+
+        return w4a16.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, self.int_zero)
+
+    def warmup(self, max_m: int = 4) -> None:
+        """Tune (and compile) the Triton GEMV for every row count 1..``max_m`` now, outside graph capture,
+        so that a later capture uses tuned configurations. No-op for other backends or off CUDA."""
+        if self.small != "triton" or self.qw.device.type != "cuda":
+            return
+        from workbench.kernels import w4a16
+
+        for m in range(1, min(max_m, SMALL_M) + 1):
+            if (self.out_features, self.in_features, m) not in w4a16._BEST:
+                self._tune(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
@@ -139,12 +161,12 @@ class Int4Linear:
         if kernel == "triton":
             from workbench.kernels import w4a16
 
-            key = (self.out_features, self.in_features, max(1, 1 << (x.shape[0] - 1).bit_length()))
-            cfg = w4a16._BEST.get(key)
+            cfg = w4a16._BEST.get((self.out_features, self.in_features, x.shape[0]))
             if cfg is None:
-                cfg = (w4a16.CONFIGS[0] if torch.cuda.is_current_stream_capturing()
-                       else w4a16.tune(x, self.qw, self.s_t, self.zs_t, self.group_size, self.out_features))
-            return w4a16.w4a16_gemv(x, self.qw, self.s_t, self.zs_t, self.group_size, self.out_features, cfg)
+                cfg = (w4a16.DEFAULT if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing()
+                       else self._tune(x))
+            return w4a16.gemv(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, cfg,
+                              self.int_zero)
         if kernel == "tinygemm":
             return torch.ops.aten._weight_int4pack_mm(x.contiguous(), self.packed, self.group_size,
                                                       self.scales_and_zeros)
