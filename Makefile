@@ -32,9 +32,12 @@ reports: $(STAMP)
 	@echo "reports written to reports/"
 
 # Tests run offline, one torch thread (tests/conftest.py); notebooks at smoke sizes (WB_SMOKE=1).
-# Headless kernels were seen to stall now and then on a busy 2-core machine (kernel idle, client still
-# waiting); the notebook runs here keep IOPub traffic small (no embedded plotly.js, progress bars
-# updated every 10 s), a stalled cell times out after 300 s (smoke cells take well under a minute), any test item is stopped after 25 min (pytest-timeout), and a failed item is retried twice.
+# Headless runs used to stall now and then (kernel idle, client still waiting): nbclient answers an
+# ipywidgets Output widget's captured outputs with comm messages on the shell socket it is polling,
+# and can lose the execute_reply's wake-up (jupyter/nbclient#312). The slider panels now set their
+# outputs as widget state (workbench.notebook.interactive_output), so nothing is sent back. As a
+# safety net a stalled cell still times out after 300 s, any test item after 25 min, and a failed
+# item is retried twice.
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WB_SMOKE=1 WORKBENCH_RESULTS=$${WORKBENCH_RESULTS:-$$(mktemp -d)} \
 	  WORKBENCH_PLOTLY_RENDERER=plotly_mimetype TQDM_MININTERVAL=10 HF_HUB_DISABLE_PROGRESS_BARS=1 \

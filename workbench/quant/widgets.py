@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from workbench.notebook import interactive_output
+
 from .plots import plot_metric_vs_bits, series_name
 
 __all__ = ["quant_explorer"]
@@ -14,7 +16,7 @@ _GRAN_CODE = {"per_tensor": 0, "per_channel": -1}
 def quant_explorer(grid: pd.DataFrame, metric: str = "kl_mean"):
     """Dropdowns and a bits slider (method, bits, granularity, group size) over ``grid`` (rows of
     :func:`workbench.quant.run_quant_sweep`). Each change redraws, through
-    ``ipywidgets.interactive_output``, the ``metric``-vs-bits chart of the chosen series with the
+    :func:`workbench.notebook.interactive_output` (headless runs cannot stall on it), the ``metric``-vs-bits chart of the chosen series with the
     chosen point marked, plus that point's row (memory, KL, top-1, ppl). Returns an ``ipywidgets.VBox``.
     Raises ``ValueError`` if ``grid`` has no quantized rows.
     """
@@ -50,5 +52,5 @@ def quant_explorer(grid: pd.DataFrame, metric: str = "kl_mean"):
             print(f"w_bits={bits} was not measured for this series")
         fig.show()
 
-    out = W.interactive_output(show, {"method": method, "bits": bits, "gran": gran, "gs": gs})
+    out = interactive_output(show, {"method": method, "bits": bits, "gran": gran, "gs": gs})
     return W.VBox([W.HBox([method, gran, gs]), bits, out])

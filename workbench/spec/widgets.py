@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from workbench.notebook import interactive_output
 from workbench.spec.plots import plot_acceptance_per_pos, plot_tokens_per_step
 from workbench.spec.run import summarize_spec
 
@@ -39,7 +40,7 @@ def explorer(df: pd.DataFrame):
         display(plot_tokens_per_step(sel))
         display(plot_acceptance_per_pos(sel))
 
-    out = w.interactive_output(show, controls)
+    out = interactive_output(show, controls)
     return w.VBox([w.HBox(list(controls.values())), out])
 
 

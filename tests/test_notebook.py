@@ -1,0 +1,120 @@
+"""workbench.notebook: output recording, the stall-free interactive_output, and the headless-runner
+property it exists for (nbclient sends nothing on the shell channel while a cell runs)."""
+
+import textwrap
+
+import nbformat
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from workbench.notebook import interactive_output, record_outputs
+
+
+@pytest.fixture()
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    renderer = pio.renderers.default
+    pio.renderers.default = "plotly_mimetype"
+    sh = InteractiveShell.instance()
+    yield sh
+    pio.renderers.default = renderer
+    InteractiveShell.clear_instance()
+
+
+def _show(y):
+    import sys
+
+    print("before", y)
+    go.Figure(go.Scatter(x=[0, 1], y=[y, 2 * y])).show()
+    print("after")
+    print("warn", file=sys.stderr)
+
+
+def test_record_outputs_keeps_order_and_publishes_nothing(shell, capsys):
+    outs = record_outputs(_show, 3)
+    assert [o["output_type"] for o in outs] == ["stream", "display_data", "stream", "stream"]
+    assert [o.get("name") for o in outs] == ["stdout", None, "stdout", "stderr"]
+    assert outs[0]["text"] == "before 3\n" and outs[2]["text"] == "after\n" and outs[3]["text"] == "warn\n"
+    fig = outs[1]["data"]["application/vnd.plotly.v1+json"]
+    assert list(fig["data"][0]["y"]) == [3, 6]
+    assert capsys.readouterr() == ("", "")  # nothing leaked to the real streams
+
+
+def test_record_outputs_clear_output_and_errors(shell):
+    from IPython.display import clear_output
+
+    def f():
+        print("dropped")
+        clear_output(wait=True)
+        print("kept")
+
+    assert record_outputs(f) == ({"output_type": "stream", "name": "stdout", "text": "kept\n"},)
+    with pytest.raises(ZeroDivisionError):
+        record_outputs(lambda: 1 / 0)
+
+
+def test_interactive_output_redraws_on_change(shell):
+    import ipywidgets as widgets
+
+    s = widgets.IntSlider(value=2, min=0, max=10)
+    out = interactive_output(_show, {"y": s})
+    assert list(out.outputs[1]["data"]["application/vnd.plotly.v1+json"]["data"][0]["y"]) == [2, 4]
+    s.value = 5
+    assert out.outputs[0]["text"] == "before 5\n"
+    assert list(out.outputs[1]["data"]["application/vnd.plotly.v1+json"]["data"][0]["y"]) == [5, 10]
+
+    def fails(y):
+        if y > 6:
+            raise ValueError(f"no data for {y}")
+        print(y)
+
+    out2 = interactive_output(fails, {"y": s})
+    assert out2.outputs == ({"output_type": "stream", "name": "stdout", "text": "5\n"},)
+    s.value = 7  # a failing redraw shows the error in place of the figure
+    assert out2.outputs[0]["output_type"] == "error" and out2.outputs[0]["evalue"] == "no data for 7"
+    with pytest.raises(ValueError, match="no data for 7"):
+        interactive_output(fails, {"y": s})  # the first draw raises in the cell
+
+
+def _shell_sends(helper: str) -> int:
+    """Execute a one-cell widget notebook with nbclient; count the messages nbclient sent on the shell
+    channel while the cell ran, beyond its execute_request (its Output-widget mimic's comm_msg's)."""
+    from jupyter_client.channels import AsyncZMQSocketChannel
+    from nbclient import NotebookClient
+
+    src = textwrap.dedent(f"""
+        import ipywidgets as widgets
+        import plotly.graph_objects as go
+        from IPython.display import display
+        {helper}
+        s = widgets.IntSlider(value=2)
+        display(s, interactive_output(lambda y: go.Figure(go.Scatter(y=[y, 1])).show(), {{"y": s}}))
+    """)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    client = NotebookClient(nb, timeout=120)
+    sent: list[str] = []
+    orig = AsyncZMQSocketChannel.send
+
+    def send(self, msg):
+        if client.kc is not None and self is client.kc.shell_channel:
+            sent.append(msg["header"]["msg_type"])
+        return orig(self, msg)
+
+    AsyncZMQSocketChannel.send = send
+    try:
+        client.execute()
+    finally:
+        AsyncZMQSocketChannel.send = orig
+    assert nb.cells[0].outputs[-1]["data"]["application/vnd.jupyter.widget-view+json"]
+    return sum(m == "comm_msg" for m in sent)
+
+
+@pytest.mark.slow
+def test_headless_runner_sends_nothing_on_shell_while_the_cell_runs():
+    # ipywidgets' interactive_output makes nbclient send comm_msg's on the shell channel while it waits
+    # there for the execute_reply: the pattern that now and then loses the reply (a stalled cell)
+    assert _shell_sends("from ipywidgets import interactive_output") >= 1
+    assert _shell_sends("from workbench.notebook import interactive_output") == 0
