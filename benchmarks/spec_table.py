@@ -85,8 +85,8 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     from workbench.data import load_prompts
-    from workbench.models import load_model
     from workbench.engine import fast_runner
+    from workbench.models import load_model
     from workbench.spec import SpecConfig, encode_prompts, make_draft, run_spec, target_generations
 
     t_start = time.perf_counter()
@@ -94,18 +94,28 @@ def main() -> None:
     all_prompts = load_prompts("spec-bench")
     prompts = load_prompts("spec-bench", n=args.n_prompts, seed=0)
     prompts = prompts.sample(frac=1.0, random_state=0).reset_index(drop=True)  # categories interleaved
+    evaluated_ids = set(prompts.prompt_id)  # by every process of a --start split: never distillation data
     prompts = prompts.iloc[args.start:].reset_index(drop=True)
     prompts = encode_prompts(tok, prompts, max_prompt_tokens=args.max_prompt_tokens)
-    distill_text = None
+    distill_text = distill_eval = None
     if "distilled" in args.drafts and args.distill_data == "self":
         t0 = time.perf_counter()
-        held = all_prompts[~all_prompts.prompt_id.isin(prompts.prompt_id)].head(args.distill_prompts)
-        held = encode_prompts(tok, held, max_prompt_tokens=args.max_prompt_tokens)
+        held = all_prompts[~all_prompts.prompt_id.isin(evaluated_ids)]
+        held = held.sample(n=min(args.distill_prompts or len(held), len(held)), random_state=1)  # all categories
+        held = encode_prompts(tok, held.reset_index(drop=True), max_prompt_tokens=args.max_prompt_tokens)
         gen_kw = {"max_new_tokens": args.distill_gen_new, "eos_token_id": tok.eos_token_id,
                   "pad_token_id": tok.pad_token_id or 0, "batch_size": 64 if args.device != "cpu" else 8}
-        distill_text = torch.cat([
-            target_generations(target, held.prompt_ids, temperature=0.0, **gen_kw),
-            target_generations(target, held.prompt_ids, temperature=0.8, samples=args.distill_gen_samples, **gen_kw)])
+
+        def continuations(ids):
+            out = [target_generations(target, ids, temperature=0.0, **gen_kw)]
+            if args.distill_gen_samples > 0:
+                out.append(target_generations(target, ids, temperature=0.8, samples=args.distill_gen_samples,
+                                              **gen_kw))
+            return torch.cat(out)
+
+        # the distillation curve is measured on 10% of the prompts, never trained on
+        n_eval = max(1, round(0.1 * len(held)))
+        distill_text, distill_eval = continuations(held.prompt_ids[:-n_eval]), continuations(held.prompt_ids[-n_eval:])
         print(f"# distillation data: {len(held)} held-out prompts, {len(distill_text)} tokens of the target's "
               f"own continuations, in {time.perf_counter() - t0:.0f} s", flush=True)
     drafts = {}
@@ -113,7 +123,7 @@ def main() -> None:
         t0 = time.perf_counter()
         kw = {"steps": args.distill_steps, "tokenizer": tok, "batch_size": args.distill_batch,
               "seq_len": args.distill_seq, "eval_every": max(1, args.distill_steps // 10),
-              "lr": args.distill_lr, "text": distill_text}
+              "lr": args.distill_lr, "text": distill_text, "eval_text": distill_eval}
         drafts[name], info = make_draft(target, name, tok, distill_kwargs=kw)
         if "curve" in info:
             print(markdown(info["curve"].round(4)), flush=True)

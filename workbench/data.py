@@ -278,7 +278,7 @@ def load_prompts(source: str | Path = "spec-bench", n: int | None = None, seed: 
         # round-robin over categories in a seeded random order within each: balanced and stratified
         rng = np.random.default_rng(seed)
         df = df.assign(_rank=0)
-        for _, idx in df.groupby("category", sort=True).groups.items():
+        for idx in df.groupby("category", sort=True).groups.values():
             df.loc[idx, "_rank"] = rng.permutation(len(idx))
         df = df.sort_values(["_rank", "category"], kind="stable").head(n).drop(columns="_rank")
         df = df.sort_values(["category", "prompt_id"], kind="stable")

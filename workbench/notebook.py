@@ -70,10 +70,10 @@ def record_outputs(f: Callable[..., Any], *args, **kwargs) -> tuple[dict, ...]:
 
     shell = get_ipython()
     saved = sys.stdout, sys.stderr, getattr(shell, "display_pub", None)
-    sys.stdout, sys.stderr = _Stream(outputs, "stdout"), _Stream(outputs, "stderr")
-    if shell is not None:
-        shell.display_pub = Recorder(shell=shell)
     try:
+        sys.stdout, sys.stderr = _Stream(outputs, "stdout"), _Stream(outputs, "stderr")
+        if shell is not None:
+            shell.display_pub = Recorder(shell=shell)
         f(*args, **kwargs)
     finally:
         sys.stdout, sys.stderr = saved[0], saved[1]
@@ -112,9 +112,9 @@ def interactive_output(f: Callable[..., Any], controls: dict[str, Any]):
             out.outputs = record_outputs(f, **kwargs)
         except Exception as e:  # noqa: BLE001 - a redraw runs in a comm handler: show the error in place
             out.outputs = ({"output_type": "error", "ename": type(e).__name__, "evalue": str(e),
-                            "traceback": traceback.format_exception(e)},)
+                            "traceback": "".join(traceback.format_exception(e)).splitlines()},)
 
+    draw()  # raises here, before any control is wired, if the first draw fails
     for c in controls.values():
         c.observe(draw, "value")
-    draw()
     return out

@@ -33,9 +33,9 @@ def results_dir() -> Path:
 def _git_commit() -> str:
     try:
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                           text=True, timeout=5)
+                           text=True, timeout=5, check=False)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5)
+                               cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5, check=False)
         return r.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") if r.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""

@@ -22,12 +22,12 @@ import os
 
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # built-in name, HF id, local folder or .gguf
 N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10))  # 10 x 57 subjects = 570 questions
-FULL = os.getenv("WB_FULL", "0") not in ("", "0")  # the full study: every shot count from 0 to 5
+FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: shots 0 to 5
 SHOTS = [int(s) for s in os.getenv("WB_SHOTS", "0,1,2,3,4,5" if FULL else "0,5").split(",")]
 SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated subset, or None for all 57
 BATCH_SIZE = int(os.getenv("WB_BATCH_SIZE", 8))
 SEED = 0
-if os.getenv("WB_SMOKE", "0") not in ("", "0"):  # CI: a few questions, a few subjects
+if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: a few questions, a few subjects
     N_PER_SUBJECT, SHOTS, SUBJECTS = 2, [0, 5], SUBJECTS or "anatomy,astronomy,virology,marketing"
 
 # %%

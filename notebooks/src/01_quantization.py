@@ -41,14 +41,14 @@ import os
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")
 N_TOKENS = int(os.getenv("WB_N_TOKENS", "2048"))  # WikiText-2 test tokens for KL / top-1 / ppl
 SEQ_LEN = int(os.getenv("WB_SEQ_LEN", "256"))  # non-overlapping evaluation windows
-FULL = os.getenv("WB_FULL", "0") not in ("", "0")  # the full study: whole grid, MMLU on 570 questions
+FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: 26 points, MMLU
 N_QUESTIONS = int(os.getenv("WB_N_QUESTIONS", "10" if FULL else "0"))  # MMLU per subject (10 -> 570 q.)
 SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated MMLU subset, or all 57
 # "demo" (10 points, ~12 min on 2 CPU cores), "full" (26 points), "small" (INT3/INT4 only)
 GRID = os.getenv("WB_QUANT_GRID", "full" if FULL else "demo")
 N_CALIB = int(os.getenv("WB_N_CALIB", "32"))  # AWQ/GPTQ calibration windows of CALIB_LEN tokens
 CALIB_LEN = int(os.getenv("WB_CALIB_LEN", "256"))
-if os.getenv("WB_SMOKE", "0") not in ("", "0"):  # CI: two RTN configs, few tokens, 2x2 MMLU questions
+if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: two RTN configs, few tokens, 2x2 MMLU questions
     N_TOKENS, SEQ_LEN, N_QUESTIONS, GRID = 256, 128, 2, "smoke"
     SUBJECTS = SUBJECTS or "astronomy,marketing"
 
@@ -103,9 +103,8 @@ if GRID == "small":
 if GRID == "demo":  # one point per question the notebook asks; AWQ and GPTQ at INT4 g128
     keep = {(8, "per_channel", None), (4, "per_tensor", None), (4, "per_channel", None), (4, "group", 128),
             (4, "group", 32), (3, "group", 128), (2, "group", 32)}
-    configs = [c for c in configs if c.method != "rtn" and c.bits == 4 or c.method == "rtn" and (
-        c.bits, c.granularity, c.group_size if c.granularity == "group" else None) in keep
-        or c.zero_point == "float"]
+    configs = [c for c in configs if (c.method != "rtn" and c.bits == 4) or (c.method == "rtn" and (
+        c.bits, c.granularity, c.group_size if c.granularity == "group" else None) in keep)]
 if GRID == "smoke":
     configs = [QuantConfig(bits=4, granularity="per_tensor", symmetric=True), QuantConfig(bits=4, group_size=64)]
 len(configs)

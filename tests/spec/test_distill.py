@@ -59,3 +59,20 @@ def test_target_generations_stop_at_eos(toy):
     eos = free[3]  # make the 4th generated token the stop token: generation ends after it
     stopped = target_generations(target, [[5, 9]], max_new_tokens=8, eos_token_id=eos)[2:].tolist()
     assert stopped == free[: free.index(eos) + 1]
+
+
+def test_eval_text_is_used_for_the_curve(toy):
+    """With eval_text the curve's step-0 KL is that of eval_text's windows (a known answer computed
+    here directly), and all of text trains."""
+    from workbench.spec.distill import _kl_and_alpha
+
+    target = toy.tiny_llama(vocab=64, seed=7, layers=2)
+    text = torch.randint(0, 64, (400,), generator=torch.Generator().manual_seed(0))
+    ev = torch.randint(0, 64, (64,), generator=torch.Generator().manual_seed(1))
+    draft, curve = distill_draft(target, text=text, eval_text=ev, steps=0, n_layers=1, seq_len=16,
+                                 eval_windows=4, init="random")
+    with torch.no_grad():
+        kl, _ = _kl_and_alpha(target(input_ids=ev.view(4, 16)).logits, draft(input_ids=ev.view(4, 16)).logits)
+    assert curve.kl.iloc[0] == pytest.approx(float(kl), rel=1e-5)
+    with pytest.raises(ValueError, match="eval_text"):
+        distill_draft(target, text=text, eval_text=ev[:10], steps=1, seq_len=16)

