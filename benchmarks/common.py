@@ -91,29 +91,10 @@ def wall_ms(fn, reps: int = 5, warmup: int = 1) -> float:
 
 def graph_ms(fn, inner: int = 20, reps: int = 10) -> float:
     """Median time (ms) of one ``fn()`` call replayed from a CUDA graph of ``inner`` calls
-    (device events; launch gaps removed as in a decode step's graph)."""
-    fn()
-    sync()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(inner):
-            fn()
-    g.replay()
-    sync()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        sync()
-        ts.append(a.elapsed_time(b) / inner)
-    return statistics.median(ts)
+    (:func:`workbench.kernels.timing.cuda_graph_ms`)."""
+    from workbench.kernels.timing import cuda_graph_ms
+
+    return cuda_graph_ms(fn, inner=inner, reps=reps)
 
 
 def measure_floors(copy_gib: float = 4.0, n: int = 8192) -> dict:

@@ -383,26 +383,9 @@ _BEST: dict = {}
 
 def _graph_ms(fn, inner: int = 10) -> float:
     """ms per call of ``fn`` replayed from a CUDA graph of ``inner`` calls (median of 5 replays)."""
-    fn()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(inner):
-            fn()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / inner)
-    return sorted(ts)[2]
+    from workbench.kernels.timing import cuda_graph_ms
+
+    return cuda_graph_ms(fn, inner=inner, reps=5)
 
 
 def tune(x, qw, s, z, group: int, n: int, int_zero: bool = True, configs=None, l2_bytes: float = 128e6,
