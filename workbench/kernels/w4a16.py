@@ -21,7 +21,8 @@ scales and zeros of the next ``DEPTH`` steps are loaded before the current step 
 * split-K in one kernel: each split stores an fp32 partial ``[SPLIT_K, M, N]`` and takes a ticket from an
   int32 counter per column block; the last split sums the partials into the output and resets the
   counter (graph-replay safe: buffers come from the caller's allocator, counters are zero between
-  launches).
+  launches). The counters are one buffer per device: two split-K GEMVs running at once on different
+  streams would race on them. The engine runs one stream; keep it that way or give each stream its own.
 
 Measured on the H200 (CUDA-graph replay, weights not in L2; ``benchmarks/bench_gemv.py``): at M = 1
 faster than tinygemm on the large matrices (gate_up 32.8 vs 38.7 us, down 21.3 vs 24.4, lm_head 116.5
