@@ -1,9 +1,5 @@
 """Generate notebooks/02_speculative_decoding.ipynb (run: python notebooks/src/02_speculative_decoding.py)."""
 
-from pathlib import Path
-
-import nbformat as nbf
-
 CELLS = [
     ("md", """# 02 · Speculative decoding: will this draft pay off for this target?
 
@@ -138,19 +134,7 @@ Pick a draft, k, temperature and policy; the grid above is filtered (`continuous
 ]
 
 
-def build() -> nbf.NotebookNode:
-    nb = nbf.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    for kind, src, *tags in CELLS:
-        cell = nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src)
-        if tags:
-            cell.metadata["tags"] = tags[0]
-        nb.cells.append(cell)
-    return nb
-
-
 if __name__ == "__main__":
-    out = Path(__file__).resolve().parents[1] / "02_speculative_decoding.ipynb"
-    nbf.write(build(), out)
-    print(f"wrote {out}")
+    from nbbuild import write
+
+    write(CELLS, "02_speculative_decoding.ipynb")

@@ -1,9 +1,5 @@
 """Generate notebooks/03_pd_disaggregation.ipynb (run: python notebooks/src/03_pd_disaggregation.py)."""
 
-from pathlib import Path
-
-import nbformat as nbf
-
 CELLS = [
     ("md", """# 03 · Prefill/decode: timing profile, roofline, and a serving simulator
 
@@ -125,19 +121,7 @@ Every setting is simulated above; the sliders only filter the grid (`continuous_
 ]
 
 
-def build() -> nbf.NotebookNode:
-    nb = nbf.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    for kind, src, *tags in CELLS:
-        cell = nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src)
-        if tags:
-            cell.metadata["tags"] = tags[0]
-        nb.cells.append(cell)
-    return nb
-
-
 if __name__ == "__main__":
-    out = Path(__file__).resolve().parents[1] / "03_pd_disaggregation.ipynb"
-    nbf.write(build(), out)
-    print(f"wrote {out}")
+    from nbbuild import write
+
+    write(CELLS, "03_pd_disaggregation.ipynb")
