@@ -142,9 +142,15 @@ def lm_eval_mmlu(model, tok, prefix: dict, items: list, batch_size: int = 16,
 
 def run(mmlu_dir: str, tok_dir: str, model_name: str = "qwen2-7b", max_batch: int = 96,
         lm_eval_per_subject: int = 10, rec: Recorder | None = None, n_subjects: int | None = None,
-        dtype: str = "bfloat16", subset_only: bool = False) -> dict:
+        dtype: str = "bfloat16", subset_only: bool = False, shard: tuple[int, int] | None = None) -> dict:
     """Time the engine on every question (or only the lm-eval subset with ``subset_only``), then
-    lm-eval on ``lm_eval_per_subject`` questions per subject; compare predictions question by question."""
+    lm-eval on ``lm_eval_per_subject`` questions per subject (0 = all of them); compare predictions
+    question by question.
+
+    ``shard=(k, n)``: lm-eval only on the subjects ``sorted(subjects)[k::n]`` (the engine still scores
+    every question, so each shard also times the full engine run). The full lm-eval set does not fit
+    one 10-minute device call; :func:`merge` adds the shards up. The random init is seeded, so every
+    shard scores the same weights (checked by ``merge`` through the engine predictions)."""
     from transformers import AutoTokenizer
 
     rec = rec or Recorder(name="mmlu.json")
@@ -178,7 +184,12 @@ def run(mmlu_dir: str, tok_dir: str, model_name: str = "qwen2-7b", max_batch: in
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     # lm-eval on a per-subject subset (the full set would take minutes on the HF backend)
-    sub = test.groupby("subject", sort=False).head(lm_eval_per_subject).index.tolist()
+    in_shard = test
+    if shard is not None:
+        keep = sorted(test["subject"].unique())[shard[0]::shard[1]]
+        in_shard = test[test.subject.isin(keep)]
+    sub = (in_shard if lm_eval_per_subject <= 0
+           else in_shard.groupby("subject", sort=False).head(lm_eval_per_subject)).index.tolist()
     lm_ll, lm_s = lm_eval_mmlu(model, tok, prefix, [items[i] for i in sub], max_length=max(max_len + 8, 2048))
     lm_preds = lm_ll.argmax(-1)
     eng_sub = preds[sub]
@@ -197,8 +208,55 @@ def run(mmlu_dir: str, tok_dir: str, model_name: str = "qwen2-7b", max_batch: in
                 "engine_s_per_q": eng_s / len(items),
                 "speedup_per_question": (lm_s / len(sub)) / (eng_s / len(items)),
                 "identical_predictions": int(agree.sum()),
-                "mismatched_rows": [int(sub[i]) for i in (~agree).nonzero().view(-1).tolist()][:50]})
+                "mismatched_rows": [int(sub[i]) for i in (~agree).nonzero().view(-1).tolist()][:50],
+                "shard": list(shard) if shard else None})
+    # per-question record, for merging shards: engine predictions on every question; lm-eval's
+    # rows, predictions and top-2 margins on its subset
+    rec.put("mmlu_rows", {"engine_preds": preds.tolist(), "lm_eval_rows": [int(i) for i in sub],
+                          "lm_eval_preds": lm_preds.tolist(),
+                          "lm_eval_margin": [round(float(m), 5) for m in margin.tolist()]})
     rec.put("mmlu", out)
+    return out
+
+
+def merge(paths: list[str]) -> dict:
+    """Add up shard files of :func:`run` (``--shard K/N``): lm-eval seconds and questions summed over
+    shards, engine seconds per shard (each timed every question), predictions compared on the union.
+
+    Raises ``ValueError`` when the shards' engine predictions differ (not the same weights) or when
+    they overlap."""
+    import json
+    import statistics
+
+    ds = [json.loads(Path(q).read_text()) for q in paths]
+    base = ds[0]["mmlu_rows"]["engine_preds"]
+    rows, lm, margin = [], [], []
+    for q, d in zip(paths, ds):
+        if d["mmlu_rows"]["engine_preds"] != base:
+            raise ValueError(f"{q}: engine predictions differ from {paths[0]}'s: not the same weights; "
+                             "re-run the shards with the same --model and --dtype")
+        rows += d["mmlu_rows"]["lm_eval_rows"]
+        lm += d["mmlu_rows"]["lm_eval_preds"]
+        margin += d["mmlu_rows"]["lm_eval_margin"]
+    if len(set(rows)) != len(rows):
+        raise ValueError("shards overlap: give each K of one N once")
+    eng = torch.tensor(base)[rows]
+    lm_t, m_t = torch.tensor(lm), torch.tensor(margin)
+    agree = eng == lm_t
+    lm_s = sum(d["mmlu"]["lm_eval_s"] for d in ds)
+    eng_s = [d["mmlu"]["engine_s"] for d in ds]
+    n_q = ds[0]["mmlu"]["n_questions"]
+    out = {"shards": len(ds), "n_questions": n_q, "lm_eval_n": len(rows), "lm_eval_s": lm_s,
+           "engine_s_runs": eng_s, "engine_s_median": statistics.median(eng_s),
+           "speedup": (lm_s / len(rows)) / (statistics.median(eng_s) / n_q),
+           "identical_predictions": int(agree.sum()),
+           "mismatched": int((~agree).sum()),
+           "lm_eval_margin_median": float(m_t.median()),
+           "lm_eval_margin_mismatched_max": float(m_t[~agree].max()) if (~agree).any() else 0.0,
+           "mismatched_margin_counts": {str(float(k)): int(v) for k, v in
+                                        zip(*torch.unique(m_t[~agree], return_counts=True))} if (~agree).any() else {},
+           "frac_margin_below_mismatched_max": float((m_t <= m_t[~agree].max()).float().mean())
+           if (~agree).any() else 0.0}
     return out
 
 
@@ -208,7 +266,8 @@ def main():
     p.add_argument("--tokenizer", default=".stage/tok")
     p.add_argument("--model", default="qwen2-7b")
     p.add_argument("--max-batch", type=int, default=96)
-    p.add_argument("--lm-eval-per-subject", type=int, default=10)
+    p.add_argument("--lm-eval-per-subject", type=int, default=10, help="0 = every question")
+    p.add_argument("--shard", default=None, help="K/N: lm-eval on subjects sorted(subjects)[K::N] only")
     p.add_argument("--subjects", type=int, default=None, help="first N subjects only (smoke runs)")
     p.add_argument("--tiny", action="store_true", help="tiny model config (CPU smoke run)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
@@ -219,11 +278,25 @@ def main():
 
         C.CONFIGS[a.model] = {**C.CONFIGS[a.model], "hidden_size": 128, "intermediate_size": 256,
                               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
-    rec = Recorder(name=f"mmlu_{a.dtype}{'_subset' if a.subset_only else ''}.json")
+    shard = None
+    if a.shard:
+        k, n = (int(v) for v in a.shard.split("/"))
+        if not 0 <= k < n:
+            p.error(f"--shard {a.shard}: want K/N with 0 <= K < N, e.g. 0/2")
+        shard = (k, n)
+    tag = f"_shard{shard[0]}of{shard[1]}" if shard else ""
+    rec = Recorder(name=f"mmlu_{a.dtype}{'_subset' if a.subset_only else ''}{tag}.json")
     rec.put("env", environment())
     run(a.mmlu, a.tokenizer, a.model, a.max_batch, a.lm_eval_per_subject, rec, a.subjects, a.dtype,
-        a.subset_only)
+        a.subset_only, shard)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if len(sys.argv) > 1 and sys.argv[1] == "merge":  # python -m benchmarks.bench_mmlu merge a.json b.json
+        import json
+
+        print(json.dumps(merge(sys.argv[2:]), indent=1))
+    else:
+        main()

@@ -39,11 +39,14 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU only for a smoke 
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
 
 
-def hf_model(d: dict, device=None, dtype=None):
-    """HF ``AutoModelForCausalLM`` random-initialised directly on ``device`` in ``dtype``."""
+def hf_model(d: dict, device=None, dtype=None, seed: int = 0):
+    """HF ``AutoModelForCausalLM`` random-initialised directly on ``device`` in ``dtype``, from
+    ``torch.manual_seed(seed)`` (same device, dtype and versions -> same weights, so separate runs,
+    e.g. ``bench_mmlu --shard``, score the same model)."""
     from transformers import AutoModelForCausalLM
 
     device, dtype = device or DEVICE, dtype or DTYPE
+    torch.manual_seed(seed)
     with torch.device(device):
         m = AutoModelForCausalLM.from_config(hf_config(d), dtype=dtype)
     return m.eval()
