@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from workbench.engine.ops import get_ops
 from workbench.engine.spec import ModelSpec, rope_tables, round_up
-from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
+from workbench.engine.weights import Dense, ModelWeights, random_weights, weights_from_hf
 
 
 def default_w4a16_backend(device: torch.device) -> str:
@@ -109,6 +109,41 @@ class Engine:
         # attention of small steps (T <= graph_max_t): Triton decode kernel on CUDA, else None = SDPA;
         # set before graphs are captured (a captured graph keeps the choice)
         self.decode_attention = _decode_attention_kernel(device, spec.head_dim)
+        # one-row steps: fused bf16 GEMVs (None = cuBLAS + the separate norm/activation kernels)
+        self.gemv1 = None
+        self.set_fused_gemv(device.type == "cuda")
+
+    def set_fused_gemv(self, on: bool) -> bool:
+        """Use the fused one-row GEMVs of :mod:`workbench.kernels.gemv` for steps of one token (decode at
+        batch 1) if ``on`` and the model allows it (every matmul dense, no o_proj bias, triton imports);
+        returns whether they are now in use. Tunes the GEMVs for this model's shapes on CUDA (outside
+        graph capture) and drops captured graphs, which keep the old choice. On CPU they run only under
+        ``TRITON_INTERPRET=1`` (tests)."""
+        self._graphs.clear()
+        self.gemv1 = None
+        if not on or not all(isinstance(m, Dense) for m in self.w.matmuls()):
+            return False
+        if any(lw.bo is not None for lw in self.w.layers):
+            return False
+        try:
+            from workbench.kernels import gemv
+        except ImportError:
+            return False
+        if self.device.type == "cuda":
+            self._tune_gemv1(gemv)
+        self.gemv1 = gemv
+        return True
+
+    def _tune_gemv1(self, gemv) -> None:
+        """Time the launch configurations of the five one-row GEMV calls of a step (random activations)."""
+        s, lw, dev, dt = self.spec, self.w.layers[0], self.device, self.dtype
+        hid = torch.randn(1, s.hidden_size, device=dev, dtype=dt)
+        with torch.no_grad():
+            gemv.tune(hid, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps)
+            gemv.tune(torch.randn(1, s.n_heads * s.head_dim, device=dev, dtype=dt), lw.wo.w, residual=hid)
+            gemv.tune(hid, lw.wgu.w, "rmsnorm", lw.ln2, s.rms_eps)
+            gemv.tune(torch.randn(1, lw.wgu.w.shape[0], device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
+            gemv.tune(hid, self.w.lm_head.w, "rmsnorm", self.w.norm, s.rms_eps)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -279,10 +314,18 @@ class Engine:
         x = self.w.embed.index_select(0, tokens.reshape(-1))  # [N, hidden]
         residual = None
         scale = 1.0 / math.sqrt(d)
+        # one-row steps on CUDA: RMSNorm, SwiGLU and the residual adds run inside the GEMVs
+        # (workbench.kernels.gemv), and x carries the residual stream itself
+        fuse = self.gemv1 is not None and n == 1
+        gv, eps = self.gemv1, s.rms_eps
         for li, lw in enumerate(self.w.layers):
-            h, residual = ops.add_rmsnorm(x, residual, lw.ln1, s.rms_eps)
+            if fuse:
+                qkv = gv.gemv(x, lw.wqkv.w, "rmsnorm", lw.ln1, eps)
+            else:
+                h, residual = ops.add_rmsnorm(x, residual, lw.ln1, eps)
+                qkv = lw.wqkv(h)
             kc, vc = self.k_cache[li], self.v_cache[li]
-            q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
+            q = ops.qkv_rope_cache(qkv, lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
                                    s.n_heads, kvh)  # [B, KV, G*T, D]
             if decode_attn is not None:
                 o = decode_attn(q, kc, vc, slots, qpos, scale)  # [B, KV, G*T, D]
@@ -293,16 +336,23 @@ class Engine:
                     kk, vv = kc[:, :, :kv_len].index_select(0, slots), vc[:, :, :kv_len].index_select(0, slots)
                 o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=scale)
             o = o.view(b, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(n, s.n_heads * d)
+            if fuse:
+                x = gv.gemv(o, lw.wo.w, residual=x)
+                x = gv.gemv(gv.gemv(x, lw.wgu.w, "rmsnorm", lw.ln2, eps), lw.wd.w, "swiglu", residual=x)
+                continue
             x = lw.wo(o)
             if lw.bo is not None:
                 x = x + lw.bo
-            h, residual = ops.add_rmsnorm(x, residual, lw.ln2, s.rms_eps)
+            h, residual = ops.add_rmsnorm(x, residual, lw.ln2, eps)
             x = lw.wd(ops.silu_mul(lw.wgu(h)))
-        if last:
-            idx = torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0)
-            x, residual = x.index_select(0, idx), residual.index_select(0, idx)
-        h, _ = ops.add_rmsnorm(x, residual, self.w.norm, s.rms_eps)
-        out = self.w.lm_head(h).float()
+        if fuse:
+            out = gv.gemv(x, self.w.lm_head.w, "rmsnorm", self.w.norm, eps).float()
+        else:
+            if last:
+                idx = torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0)
+                x, residual = x.index_select(0, idx), residual.index_select(0, idx)
+            h, _ = ops.add_rmsnorm(x, residual, self.w.norm, eps)
+            out = self.w.lm_head(h).float()
         self._len_dev.index_add_(0, slots, n_valid)
         return out if last else out.view(b, t, -1)
 

@@ -1,0 +1,108 @@
+"""The fused one-row GEMV (:mod:`workbench.kernels.gemv`) against plain torch, run by Triton's CPU
+interpreter (``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1``), and the engine's fused decode
+path against its unfused path and HF.
+
+The interpreter rounds float32 -> bf16 by truncation (the GPU rounds to nearest even), so bf16 results
+are compared within a few bf16 ulps of the HF-order oracle; float32 ones within float32 summation noise.
+"""
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("needs TRITON_INTERPRET=1 on a machine without a GPU", allow_module_level=True)
+
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+from workbench.engine import Engine  # noqa: E402
+from workbench.kernels import gemv  # noqa: E402
+
+EPS = 1e-6
+
+
+def hf_order(x, w, prologue, nw, residual):
+    """HF's operation order and roundings: norm/activation in x's dtype, matmul accumulated in float32,
+    product rounded, then the residual added (in x's dtype)."""
+    if prologue == "rmsnorm":
+        xf = x.float()
+        x = nw * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
+    elif prologue == "swiglu":
+        k = x.shape[-1] // 2
+        x = torch.nn.functional.silu(x[:, :k]) * x[:, k:]
+    y = (x.float() @ w.float().t()).to(x.dtype)
+    return y if residual is None else residual + y
+
+
+CASES = [(n, k, pro, res, cfg) for n, k in ((48, 96), (40, 100))
+         for pro in ("none", "rmsnorm", "swiglu") for res in (False, True)
+         for cfg in ((8, 32, 1, 4), (16, 64, 2, 4), (8, 32, 3, 4))]
+
+
+@pytest.mark.parametrize("n,k,pro,res,cfg", CASES)
+def test_gemv_matches_hf_order(n, k, pro, res, cfg):
+    g = torch.Generator().manual_seed(n * k + len(pro) + res)
+    for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2.0**-6)):
+        w = (torch.randn(n, k, generator=g) / 10).to(dt)
+        x = torch.randn(1, 2 * k if pro == "swiglu" else k, generator=g).to(dt)
+        nw = (torch.rand(k, generator=g) + 0.5).to(dt)
+        r = torch.randn(1, n, generator=g).to(dt) if res else None
+        out = gemv.gemv(x, w, pro, nw, EPS, r, cfg)
+        ref = hf_order(x, w, pro, nw, r)
+        assert out.dtype == dt and out.shape == (1, n)
+        # relative error (norm) within tol: float32 summation order; bf16 a few truncated roundings
+        err = float((out.float() - ref.float()).norm() / ref.float().norm())
+        assert err < tol, (dt, err)
+
+
+def test_gemv_split_k_counters_reset():
+    """Two launches in a row of a split-K configuration give the same answer (the ticket counters are
+    left at zero by the last split)."""
+    g = torch.Generator().manual_seed(3)
+    w, x = torch.randn(32, 256, generator=g), torch.randn(1, 256, generator=g)
+    a = gemv.gemv(x, w, cfg=(8, 32, 4, 4))
+    b = gemv.gemv(x, w, cfg=(8, 32, 4, 4))
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a, x @ w.t(), atol=1e-4, rtol=1e-4)
+
+
+def test_gemv_bad_input_names_the_fix():
+    w = torch.randn(8, 16)
+    with pytest.raises(ValueError, match="one row"):
+        gemv.gemv(torch.randn(2, 16), w)
+    with pytest.raises(ValueError, match="prologue"):
+        gemv.gemv(torch.randn(1, 16), w, "layernorm")
+    with pytest.raises(ValueError, match="norm_weight"):
+        gemv.gemv(torch.randn(1, 16), w, "rmsnorm")
+    with pytest.raises(ValueError, match="one row of 32"):
+        gemv.gemv(torch.randn(1, 16), w, "swiglu")
+
+
+SMALL = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_engine_fused_decode_equals_unfused_and_hf(arch):
+    """Decode at batch 1 through the fused GEMVs == the unfused engine path == HF, float32."""
+    torch.manual_seed(0)
+    cls, cfg = (LlamaForCausalLM, LlamaConfig) if arch == "llama" else (Qwen2ForCausalLM, Qwen2Config)
+    model = cls(cfg(**SMALL)).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # HF zero-inits biases and sets norms to 1: make every term count
+            p.add_(torch.randn(p.shape) * 0.05)
+    ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = model(ids).logits[0]  # [12, V]
+    outs = []
+    for fused in (False, True):
+        e = Engine.from_hf(model, max_batch=1, max_seq=32)
+        assert e.set_fused_gemv(fused) is fused
+        r = e.runner()
+        first = r.extend(ids[0, :8])  # prefill: 8 rows, never the one-row path
+        steps = [r.extend(ids[0, i: i + 1]) for i in range(8, 12)]  # four one-row decode steps
+        outs.append(torch.cat([first, *steps]))
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(outs[1], ref, atol=2e-5, rtol=1e-4)

@@ -1,0 +1,237 @@
+"""Triton bf16 GEMV for one-row decode steps (M = 1), with the layer's small operations fused in.
+
+``y = f(x) @ W.T (+ residual)`` for ``W`` ``[N, K]`` (row-major, the ``nn.Linear`` layout) where the
+prologue ``f`` is one of
+
+* ``"none"``: ``f(x) = x``, ``x`` ``[1, K]``;
+* ``"rmsnorm"``: ``f(x) = w_norm * RMSNorm(x)`` with HF ``LlamaRMSNorm`` rounding (float32 statistics
+  over the whole row, cast to the activation dtype, then times the weight; Zhang & Sennrich 2019,
+  arXiv 1910.07467, eq. 4), ``x`` ``[1, K]``. Every program reads the whole row (``K`` x 2 bytes, from
+  L2) to compute the statistic; this replaces a separate RMSNorm kernel and its launch gap;
+* ``"swiglu"``: ``f(gu) = silu(gate) * up`` (Shazeer 2020, arXiv 2002.05202, eq. 6) of ``gu``
+  ``[1, 2K]`` = ``[gate | up]``, rounded like HF (``silu`` output cast, then the product cast);
+
+and the epilogue optionally adds ``residual`` ``[1, N]`` after rounding the product to the output dtype
+(HF's ``hidden = residual + o_proj(...)``), so the kernel writes the next residual stream directly.
+
+Why: the cuBLAS kernels torch picks for these shapes at M = 1 on the H200 launch too few CTAs for 132 SMs
+(gate_up 99 tiles of 384 rows, qkv 72, o 56 + a split-K reduce kernel) and the non-GEMM kernels of a
+layer (two add+RMSNorm, SiLU*up, split-K reduces) cost 10 us per layer plus their launch gaps
+(``benchmarks/RESULTS.md``, round 2 profile). Here one program = ``BLOCK_N`` rows x ``PER`` columns
+(split-K), the loop streams ``[BLOCK_N, BLOCK_K]`` tiles, accumulates in float32 elementwise and reduces
+once at the end; split-K partials are summed by the last split to arrive (device ticket, as in
+:mod:`workbench.kernels.w4a16`), so there is no second kernel. Launch configurations are timed per
+shape under CUDA-graph replay with cold L2 (:func:`tune`).
+
+The split-K ticket counters are one buffer per device (shared with the INT4 GEMV): kernels of one
+stream run one after another; two split-K GEMVs on different streams at once would race.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from workbench.kernels.w4a16 import _locks
+
+PROLOGUES = {"none": 0, "rmsnorm": 1, "swiglu": 2}
+
+
+@triton.jit
+def _prologue(X, NW, offs_k, kmask, K, inv, PRO: tl.constexpr, EVEN_K: tl.constexpr):
+    """The activations ``f(x)[offs_k]`` as float32 (rounded to X's dtype where HF rounds)."""
+    dt = X.dtype.element_ty
+    if EVEN_K:
+        x = tl.load(X + offs_k)
+    else:
+        x = tl.load(X + offs_k, mask=kmask, other=0.0)
+    if PRO == 1:
+        if EVEN_K:
+            nw = tl.load(NW + offs_k)
+        else:
+            nw = tl.load(NW + offs_k, mask=kmask, other=0.0)
+        y = (x.to(tl.float32) * inv).to(dt)
+        x = (nw.to(tl.float32) * y.to(tl.float32)).to(dt)
+    elif PRO == 2:
+        if EVEN_K:
+            u = tl.load(X + K + offs_k)
+        else:
+            u = tl.load(X + K + offs_k, mask=kmask, other=0.0)
+        g = x.to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(dt)
+        x = (act.to(tl.float32) * u.to(tl.float32)).to(dt)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _step(W, X, NW, w_rows, nmask, kk, K, inv, acc, BLOCK_K: tl.constexpr, PRO: tl.constexpr,
+          EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+    """``acc += W[rows, kk:kk+BLOCK_K] * f(x)[kk:kk+BLOCK_K]`` (float32, elementwise)."""
+    offs_k = kk + tl.arange(0, BLOCK_K)
+    kmask = offs_k < K
+    if EVEN_K:
+        if EVEN_N:
+            w = tl.load(w_rows + offs_k[None, :])
+        else:
+            w = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None], other=0.0)
+    else:
+        w = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)
+    x = _prologue(X, NW, offs_k, kmask, K, inv, PRO, EVEN_K)
+    return acc + w.to(tl.float32) * x[None, :]
+
+
+@triton.jit
+def _gemv_kernel(X, W, OUT, P, LOCK, RES, NW, N, K, PER, SPLIT_K, eps,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KFULL: tl.constexpr, PRO: tl.constexpr,
+                 HAS_RES: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    w_rows = W + rn.to(tl.int64)[:, None] * K
+    k_begin = pid_k * PER
+    inv = 0.0
+    if PRO == 1:
+        # RMSNorm statistic over the whole row (every program; K x 2 bytes from L2)
+        kf = tl.arange(0, KFULL)
+        xf = tl.load(X + kf, mask=kf < K, other=0.0).to(tl.float32)
+        inv = tl.rsqrt(tl.sum(xf * xf, axis=0) / K + eps)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    if INTERPRET:  # Triton 3.6's interpreter cannot take runtime loop bounds under numpy 2 (__index__)
+        kk = k_begin
+        while kk < k_begin + PER:
+            acc = _step(W, X, NW, w_rows, nmask, kk, K, inv, acc, BLOCK_K, PRO, EVEN_N, EVEN_K)
+            kk += BLOCK_K
+    else:  # a `for` loop, so that Triton software-pipelines the weight loads (num_stages)
+        for kk in range(k_begin, k_begin + PER, BLOCK_K):
+            acc = _step(W, X, NW, w_rows, nmask, kk, K, inv, acc, BLOCK_K, PRO, EVEN_N, EVEN_K)
+    y = tl.sum(acc, axis=1)
+    ety = OUT.dtype.element_ty
+    if PARTIAL:
+        # split-K in one kernel: store the float32 partial, take a ticket; the last split sums them
+        tl.store(P + pid_k * N + rn, y, mask=nmask)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(LOCK + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            t = tl.zeros([BLOCK_N], dtype=tl.float32)
+            sk = 0
+            while sk < SPLIT_K:
+                t += tl.load(P + sk * N + rn, mask=nmask, other=0.0, cache_modifier=".cg")
+                sk += 1
+            if HAS_RES:
+                t = t.to(ety).to(tl.float32) + tl.load(RES + rn, mask=nmask, other=0.0).to(tl.float32)
+            tl.store(OUT + rn, t.to(ety), mask=nmask)
+            tl.atomic_xchg(LOCK + pid_n, 0, sem="relaxed", scope="gpu")
+    else:
+        if HAS_RES:
+            y = y.to(ety).to(tl.float32) + tl.load(RES + rn, mask=nmask, other=0.0).to(tl.float32)
+        tl.store(OUT + rn, y.to(ety), mask=nmask)
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: torch.Tensor | None = None,
+         eps: float = 1e-6, residual: torch.Tensor | None = None, cfg=None) -> torch.Tensor:
+    """``[1, N] = f(x) @ w.T (+ residual)`` (see the module docstring for ``f``).
+
+    Args: ``x`` ``[1, K]`` (``[1, 2K]`` for ``"swiglu"``), bf16/fp16/fp32, contiguous; ``w`` ``[N, K]``
+    same dtype, contiguous; ``norm_weight`` ``[K]`` (``"rmsnorm"`` only); ``residual`` ``[1, N]`` or None;
+    ``cfg = (BLOCK_N, BLOCK_K, SPLIT_K, num_warps[, num_stages])`` (default: the tuned one for this shape, else
+    :data:`DEFAULT`). Returns ``[1, N]`` in x's dtype. Raises ``ValueError`` on shapes it does not take
+    (more than one row, K mismatch, unknown prologue)."""
+    if prologue not in PROLOGUES:
+        raise ValueError(f"prologue={prologue!r}: choose one of {sorted(PROLOGUES)}")
+    n, k = w.shape
+    xk = 2 * k if prologue == "swiglu" else k
+    if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != xk:
+        raise ValueError(f"x has shape {tuple(x.shape)}; this GEMV takes one row of {xk} "
+                         f"(use torch.matmul for more rows)")
+    if prologue == "rmsnorm" and (norm_weight is None or norm_weight.numel() != k):
+        raise ValueError(f"prologue 'rmsnorm' needs norm_weight of {k} elements")
+    if residual is not None and residual.numel() != n:
+        raise ValueError(f"residual has {residual.numel()} elements, want N={n}")
+    x = x.contiguous()
+    block_n, block_k, split_k, warps, *rest = cfg or _BEST.get(_key(n, k, prologue, residual is not None), DEFAULT)
+    stages = rest[0] if rest else 1
+    steps = triton.cdiv(k, block_k)
+    per = triton.cdiv(steps, split_k) * block_k  # columns per split, a multiple of BLOCK_K
+    split_k = triton.cdiv(k, per)  # no empty splits
+    out = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(n, block_n), split_k)
+    if split_k > 1:
+        part = torch.empty(split_k, n, dtype=torch.float32, device=x.device)
+        lock = _locks(x.device, grid[0])
+    else:
+        part = lock = out
+    _gemv_kernel[grid](x, w, out, part, lock, residual if residual is not None else out,
+                       norm_weight if norm_weight is not None else x, n, k, per, split_k, eps,
+                       BLOCK_N=block_n, BLOCK_K=block_k, KFULL=triton.next_power_of_2(k),
+                       PRO=PROLOGUES[prologue], HAS_RES=residual is not None, EVEN_N=n % block_n == 0,
+                       EVEN_K=k % block_k == 0 and per * split_k == k, PARTIAL=split_k > 1,
+                       INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", num_warps=warps, num_stages=stages)
+    return out
+
+
+def reference(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None) -> torch.Tensor:
+    """The same computation in plain torch, HF's operation order (the tests' oracle)."""
+    if prologue == "rmsnorm":
+        xf = x.float()
+        x = norm_weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    elif prologue == "swiglu":
+        k = x.shape[-1] // 2
+        x = torch.nn.functional.silu(x[:, :k]) * x[:, k:]
+    y = x @ w.t()
+    return y if residual is None else residual.view_as(y) + y
+
+
+# (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages); SPLIT_K is a launch argument (no extra compilation)
+TILES = ((4, 512, 4), (8, 256, 4), (8, 512, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8))
+SEARCH_CONFIGS = [(bn, bk, sk, nw, st) for bn, bk, nw in TILES for sk in (1, 2, 4) for st in (1, 2, 3)]
+CONFIGS = SEARCH_CONFIGS
+DEFAULT = (8, 512, 1, 4, 1)
+_BEST: dict = {}
+
+
+def _key(n, k, prologue, has_res):
+    return (n, k, prologue, bool(has_res))
+
+
+def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, configs=None,
+         l2_bytes: float = 128e6, timings: dict | None = None):
+    """Time ``configs`` (default :data:`CONFIGS`) for this call under CUDA-graph replay with the weight
+    rotated over enough copies (>= ``l2_bytes``) that L2 holds none of it; cache the fastest in
+    :data:`_BEST` and return it. Variants whose result differs from the unsplit default by more than
+    1% (norm) are skipped. Call outside graph capture; needs CUDA."""
+    from workbench.kernels.timing import cuda_graph_ms
+
+    n, k = w.shape
+    key = _key(n, k, prologue, residual is not None)
+    if key in _BEST and timings is None:
+        return _BEST[key]
+    copies = max(1, -(-int(l2_bytes) // w.nbytes))
+    ws = [w] + [w.clone() for _ in range(copies - 1)]
+    ref = gemv(x, w, prologue, norm_weight, eps, residual, DEFAULT).float()
+    best, best_t = None, float("inf")
+    for cfg in configs or CONFIGS:
+        state = [0]
+
+        def call(cfg=cfg, state=state):
+            wi = ws[state[0] % len(ws)]
+            state[0] += 1
+            return gemv(x, wi, prologue, norm_weight, eps, residual, cfg)
+
+        try:
+            bad = float((call().float() - ref).norm()) > 1e-2 * float(ref.norm()) + 1e-6
+            t = float("nan") if bad else cuda_graph_ms(call, inner=max(10, 2 * len(ws)), reps=5)
+        except Exception:  # noqa: BLE001, S112 - a configuration that fails to compile or launch is skipped
+            continue
+        if timings is not None:
+            timings[cfg] = t
+        if t < best_t:
+            best, best_t = cfg, t
+    if best is None:
+        raise RuntimeError(f"no bf16 GEMV configuration ran for N={n}, K={k}, prologue={prologue}")
+    _BEST[key] = best
+    return best
