@@ -130,13 +130,18 @@ def bench_engine(name: str, floors: dict) -> list:
     torch.cuda.empty_cache()
     ctx = 128 + 3 + 32
     rows = []
-    for on in (False, True, False, True):
-        used = eng.set_fused_gemv(on)
+    from workbench.kernels import gemv
+
+    # (fused GEMVs, programmatic dependent launch) in an ABBA-like order against drift
+    for on, pdl in ((False, False), (True, False), (True, True), (False, True), (True, True), (True, False)):
+        gemv.PDL_ENABLED = pdl
+        used = eng.set_fused_gemv(on)  # drops captured graphs: the next step recaptures with this choice
         ms = engine_decode_ms_per_token(eng, 1)
         fl = decode_floor_ms(eng, 1, ctx, floors["copy_bw_Bps"])
-        rows.append({"model": name, "fused_gemv": used, "ms_per_token": ms, "floor_ms": fl, "x_floor": ms / fl,
-                     "read_floor_ms": fl * floors["copy_bw_Bps"] / floors["read_bw_Bps"]})
+        rows.append({"model": name, "fused_gemv": used, "pdl": pdl, "ms_per_token": ms, "floor_ms": fl,
+                     "x_floor": ms / fl})
         print(rows[-1], flush=True)
+    gemv.PDL_ENABLED = True
     # fused vs unfused logits on one step (same weights, same cache contents)
     ids = torch.randint(100, 1000, (1, 64), device="cuda")
     outs = []

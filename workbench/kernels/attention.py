@@ -34,6 +34,9 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from workbench.kernels.gemv import use_pdl
 
 _LOG2E = 1.4426950408889634
 
@@ -70,7 +73,10 @@ def _split_kernel(Q, K, V, SLOTS, QPOS, O, PO, PM, PL,
                   T, M, qk_scale,
                   sq_b, sq_h, sq_m, sk_b, sk_h, sk_s, so_b, so_h, so_m,
                   NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr,
-                  D: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+                  D: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # programmatic dependent launch: wait for the previous kernel before any read or write
+        gdc_launch_dependents()
+        gdc_wait()
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     j = tl.program_id(2)
@@ -113,7 +119,10 @@ def _split_kernel(Q, K, V, SLOTS, QPOS, O, PO, PM, PL,
 @triton.jit
 def _combine_kernel(PO, PM, PL, O, QPOS, T, KV, M, so_b, so_h, so_m,
                     NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_S: tl.constexpr,
-                    T_PAD: tl.constexpr, D: tl.constexpr):
+                    T_PAD: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     bh = tl.program_id(0).to(tl.int64)  # b * KV + h
     r = tl.program_id(1).to(tl.int64)  # query row
     b = bh // KV
@@ -177,18 +186,19 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     else:
         po = pm = pl = out
     block_m = max(16, triton.next_power_of_2(m))
+    pdl = use_pdl(q.device)
     _split_kernel[(b, kvh, splits)](
         q, k_cache, v_cache, slots, qpos, out, po, pm, pl, t, m, scale * _LOG2E,
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         NUM_SPLITS=splits, BLOCK_M=block_m, BLOCK_S=block_s, D=d, IEEE=q.dtype == torch.float32,
-        INTERPRET=os.environ.get("TRITON_INTERPRET") == "1",
-        num_warps=num_warps)
+        INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", PDL=pdl,
+        num_warps=num_warps, launch_pdl=pdl)
     if splits > 1:
         _combine_kernel[(b * kvh, m)](po, pm, pl, out, qpos, t, kvh, m, out.stride(0), out.stride(1), out.stride(2),
                                       NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits),
-                                      BLOCK_S=block_s, T_PAD=triton.next_power_of_2(t), D=d,
-                                      num_warps=1 if d <= 64 else 2)
+                                      BLOCK_S=block_s, T_PAD=triton.next_power_of_2(t), D=d, PDL=pdl,
+                                      num_warps=1 if d <= 64 else 2, launch_pdl=pdl)
     return out
 
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from workbench.kernels.gemv import use_pdl
 
 
 @triton.jit
@@ -53,7 +56,10 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Te
 @triton.jit
 def _qkv_rope_cache_kernel(QKV, BIAS, COS, SIN, WPOS, SLOTS, QOUT, KC, VC,
                            T, H, KV, G, stride_qkv, c_sb, c_sh, c_ss,
-                           HAS_BIAS: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr):
+                           HAS_BIAS: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # programmatic dependent launch: wait for the previous kernel before any read or write
+        gdc_launch_dependents()
+        gdc_wait()
     n = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     b = n // T
@@ -112,7 +118,8 @@ def qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_head
     _qkv_rope_cache_kernel[(n, n_heads + n_kv)](
         qkv, bias if bias is not None else qkv, cos, sin, wpos, slots, q, k_cache, v_cache,
         t, n_heads, n_kv, g, qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        HAS_BIAS=bias is not None, D=d, HALF=d // 2, num_warps=1)
+        HAS_BIAS=bias is not None, D=d, HALF=d // 2, PDL=use_pdl(qkv.device), num_warps=1,
+        launch_pdl=use_pdl(qkv.device))
     return q
 
 

@@ -29,11 +29,13 @@ stream run one after another; two split-K GEMVs on different streams at once wou
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from workbench.kernels.w4a16 import _locks
 
@@ -67,19 +69,21 @@ def _prologue(X, NW, offs_k, kmask, K, inv, PRO: tl.constexpr, EVEN_K: tl.conste
 
 
 @triton.jit
-def _step(W, X, NW, w_rows, nmask, kk, K, inv, acc, BLOCK_K: tl.constexpr, PRO: tl.constexpr,
-          EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
-    """``acc += W[rows, kk:kk+BLOCK_K] * f(x)[kk:kk+BLOCK_K]`` (float32, elementwise)."""
+def _load_w(w_rows, nmask, kk, K, BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+    """The weight tile ``W[rows, kk:kk+BLOCK_K]`` (masked past N and K)."""
     offs_k = kk + tl.arange(0, BLOCK_K)
-    kmask = offs_k < K
     if EVEN_K:
         if EVEN_N:
-            w = tl.load(w_rows + offs_k[None, :])
-        else:
-            w = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None], other=0.0)
-    else:
-        w = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)
-    x = _prologue(X, NW, offs_k, kmask, K, inv, PRO, EVEN_K)
+            return tl.load(w_rows + offs_k[None, :])
+        return tl.load(w_rows + offs_k[None, :], mask=nmask[:, None], other=0.0)
+    return tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & (offs_k < K)[None, :], other=0.0)
+
+
+@triton.jit
+def _fma(w, X, NW, kk, K, inv, acc, BLOCK_K: tl.constexpr, PRO: tl.constexpr, EVEN_K: tl.constexpr):
+    """``acc += w * f(x)[kk:kk+BLOCK_K]`` (float32, elementwise)."""
+    offs_k = kk + tl.arange(0, BLOCK_K)
+    x = _prologue(X, NW, offs_k, offs_k < K, K, inv, PRO, EVEN_K)
     return acc + w.to(tl.float32) * x[None, :]
 
 
@@ -87,28 +91,37 @@ def _step(W, X, NW, w_rows, nmask, kk, K, inv, acc, BLOCK_K: tl.constexpr, PRO: 
 def _gemv_kernel(X, W, OUT, P, LOCK, RES, NW, N, K, PER, SPLIT_K, eps,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KFULL: tl.constexpr, PRO: tl.constexpr,
                  HAS_RES: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
     w_rows = W + rn.to(tl.int64)[:, None] * K
     k_begin = pid_k * PER
+    # programmatic dependent launch (Hopper): this grid may start while the previous kernel finishes;
+    # the first weight tile (which no kernel writes) is loaded before waiting for it, every read of an
+    # activation and every write comes after the wait
+    w0 = _load_w(w_rows, nmask, k_begin, K, BLOCK_K, EVEN_N, EVEN_K)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     inv = 0.0
     if PRO == 1:
         # RMSNorm statistic over the whole row (every program; K x 2 bytes from L2)
         kf = tl.arange(0, KFULL)
         xf = tl.load(X + kf, mask=kf < K, other=0.0).to(tl.float32)
         inv = tl.rsqrt(tl.sum(xf * xf, axis=0) / K + eps)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc = _fma(w0, X, NW, k_begin, K, inv, tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32), BLOCK_K, PRO, EVEN_K)
     if INTERPRET:  # Triton 3.6's interpreter cannot take runtime loop bounds under numpy 2 (__index__)
-        kk = k_begin
+        kk = k_begin + BLOCK_K
         while kk < k_begin + PER:
-            acc = _step(W, X, NW, w_rows, nmask, kk, K, inv, acc, BLOCK_K, PRO, EVEN_N, EVEN_K)
+            acc = _fma(_load_w(w_rows, nmask, kk, K, BLOCK_K, EVEN_N, EVEN_K), X, NW, kk, K, inv, acc, BLOCK_K,
+                       PRO, EVEN_K)
             kk += BLOCK_K
     else:  # a `for` loop, so that Triton software-pipelines the weight loads (num_stages)
-        for kk in range(k_begin, k_begin + PER, BLOCK_K):
-            acc = _step(W, X, NW, w_rows, nmask, kk, K, inv, acc, BLOCK_K, PRO, EVEN_N, EVEN_K)
+        for kk in range(k_begin + BLOCK_K, k_begin + PER, BLOCK_K):
+            acc = _fma(_load_w(w_rows, nmask, kk, K, BLOCK_K, EVEN_N, EVEN_K), X, NW, kk, K, inv, acc, BLOCK_K,
+                       PRO, EVEN_K)
     y = tl.sum(acc, axis=1)
     ety = OUT.dtype.element_ty
     if PARTIAL:
@@ -155,6 +168,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: 
     x = x.contiguous()
     block_n, block_k, split_k, warps, *rest = cfg or _BEST.get(_key(n, k, prologue, residual is not None), DEFAULT)
     stages = rest[0] if rest else 1
+    pdl = use_pdl(x.device)
     steps = triton.cdiv(k, block_k)
     per = triton.cdiv(steps, split_k) * block_k  # columns per split, a multiple of BLOCK_K
     split_k = triton.cdiv(k, per)  # no empty splits
@@ -170,8 +184,27 @@ def gemv(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: 
                        BLOCK_N=block_n, BLOCK_K=block_k, KFULL=triton.next_power_of_2(k),
                        PRO=PROLOGUES[prologue], HAS_RES=residual is not None, EVEN_N=n % block_n == 0,
                        EVEN_K=k % block_k == 0 and per * split_k == k, PARTIAL=split_k > 1,
-                       INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", num_warps=warps, num_stages=stages)
+                       INTERPRET=_interpret(), PDL=pdl, num_warps=warps, num_stages=stages, launch_pdl=pdl)
     return out
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def _pdl_capable(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (9, 0)
+
+
+PDL_ENABLED = os.environ.get("WB_PDL", "1") not in ("0", "false", "False")
+
+
+def use_pdl(device: torch.device) -> bool:
+    """Launch with programmatic dependent launch (CUDA, compute capability >= 9.0, not the interpreter;
+    ``WB_PDL=0`` turns it off). See ``griddepcontrol`` in the PTX ISA; Triton's ``gdc_wait``."""
+    return (PDL_ENABLED and device.type == "cuda" and not _interpret()
+            and _pdl_capable(device.index if device.index is not None else torch.cuda.current_device()))
 
 
 def reference(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None) -> torch.Tensor:

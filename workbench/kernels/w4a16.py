@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -116,7 +117,7 @@ def _step_load(w_ptrs, S, Z, sz_offs, g, N, NG, u3, u2, n3, n2, WB: tl.constexpr
 def _w4_gemv_kernel(X, QW, S, Z, OUT, P, LOCK, N, KW, NG, PER, SPLIT_K, stride_x, mg23, mg19, mg15, mg11, mg7,
                     M: tl.constexpr, BLOCK_N: tl.constexpr, U: tl.constexpr, WB: tl.constexpr,
                     EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr, SHUFFLED: tl.constexpr,
-                    INT_ZERO: tl.constexpr, DEPTH: tl.constexpr):
+                    INT_ZERO: tl.constexpr, DEPTH: tl.constexpr, PDL: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     G: tl.constexpr = WB * 8
@@ -151,6 +152,9 @@ def _w4_gemv_kernel(X, QW, S, Z, OUT, P, LOCK, N, KW, NG, PER, SPLIT_K, stride_x
                                 WB, EVEN_K, EVEN_N)
     else:
         w1, s1, z1 = w, s_raw, z_raw
+    if PDL:  # programmatic dependent launch: the first weight steps (no kernel writes them) are loaded
+        gdc_launch_dependents()  # before waiting for the previous kernel; x and every write after
+        gdc_wait()
     it = 0
     while it < PER:  # a while loop: `range` over a runtime bound fails in the interpreter under numpy 2
         g = g_begin + it
@@ -325,6 +329,7 @@ def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool
     split_k = triton.cdiv(ng, per)  # no empty splits
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n, block_n), split_k)
+    pdl = _use_pdl(x.device)
     if split_k > 1:
         part = torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
         lock = _locks(x.device, grid[0])
@@ -332,8 +337,15 @@ def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool
         part = lock = out
     _w4_gemv_kernel[grid](x, qw, s, z, out, part, lock, n, k // 8, ng, per, split_k, x.stride(0), *_MAGIC, M=m,
                           BLOCK_N=block_n, U=u, WB=group // 8, EVEN_N=n % block_n == 0, EVEN_K=per * split_k == ng,
-                          PARTIAL=split_k > 1, SHUFFLED=shuffled, INT_ZERO=int_zero, DEPTH=depth, num_warps=warps)
+                          PARTIAL=split_k > 1, SHUFFLED=shuffled, INT_ZERO=int_zero, DEPTH=depth, PDL=pdl,
+                          num_warps=warps, launch_pdl=pdl)
     return out
+
+
+def _use_pdl(device) -> bool:
+    from workbench.kernels.gemv import use_pdl  # (gemv imports this module)
+
+    return use_pdl(device)
 
 
 _LOCKS: dict = {}
