@@ -142,17 +142,21 @@ def bench_engine(name: str, floors: dict) -> list:
                      "x_floor": ms / fl})
         print(rows[-1], flush=True)
     gemv.PDL_ENABLED = True
-    # fused vs unfused logits on one step (same weights, same cache contents)
+    # the same 16 one-row steps (teacher-forced tokens) through the captured graphs: fused vs unfused
+    # (bf16 rounding differs), and PDL on vs off (must be bit-identical: a race would show here)
     ids = torch.randint(100, 1000, (1, 64), device="cuda")
-    outs = []
-    for on in (False, True):
+    outs = {}
+    for on, pdl in ((False, True), (True, False), (True, True)):
+        gemv.PDL_ENABLED = pdl
         eng.set_fused_gemv(on)
         eng.reset()
-        eng.extend_batch([0], ids[:, :63])
-        outs.append(eng.extend_batch([0], ids[:, 63:]).float())
-    rows.append({"model": name, "step_logits_rel_diff_fused_vs_unfused":
-                 float((outs[1] - outs[0]).norm() / outs[0].norm()),
-                 "argmax_equal": bool((outs[1].argmax(-1) == outs[0].argmax(-1)).all())})
+        eng.extend_batch([0], ids[:, :48])
+        outs[(on, pdl)] = torch.cat([eng.extend_batch([0], ids[:, i:i + 1]).float() for i in range(48, 64)])
+    gemv.PDL_ENABLED = True
+    a, b, c = outs[(False, True)], outs[(True, False)], outs[(True, True)]
+    rows.append({"model": name, "steps_logits_rel_diff_fused_vs_unfused": float((c - a).norm() / a.norm()),
+                 "argmax_agree_fused_vs_unfused": float((c.argmax(-1) == a.argmax(-1)).float().mean()),
+                 "steps_logits_maxabs_pdl_on_vs_off": float((c - b).abs().max())})
     eng.set_fused_gemv(True)
     rows.append({"model": name, "profile_fused": profile_step(eng, 1, top=14)})
     print(rows[-2:], flush=True)
