@@ -106,3 +106,37 @@ def test_engine_fused_decode_equals_unfused_and_hf(arch):
         outs.append(torch.cat([first, *steps]))
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(outs[1], ref, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("cfg", [(2, 32, 1, 4), (4, 64, 2, 4), (16, 32, 3, 4)])
+def test_gemv_qkv_rope_equals_norm_gemv_then_rope_cache(bias, cfg):
+    """RMSNorm + qkv GEMV + bias + RoPE + cache write in one launch == the engine's unfused ops
+    (float32: only summation order differs)."""
+    from workbench.engine import ops
+
+    g = torch.Generator().manual_seed(7)
+    h, kv, d, hid, mb, s_cache = 4, 2, 16, 48, 3, 20
+    n = (h + 2 * kv) * d
+    w, x = torch.randn(n, hid, generator=g) / 8, torch.randn(1, hid, generator=g)
+    nw, b = torch.rand(hid, generator=g) + 0.5, (torch.randn(n, generator=g) if bias else None)
+    ang = torch.rand(s_cache, d // 2, generator=g) * 6
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    wpos, slots = torch.tensor([11]), torch.tensor([2])
+    caches = [torch.zeros(mb, kv, s_cache, d) for _ in range(4)]
+    qkv = ops.add_rmsnorm(x, None, nw, EPS)[0] @ w.t()
+    q_ref = ops.qkv_rope_cache(qkv, b, cos, sin, wpos, slots, 1, caches[0], caches[1], h, kv)
+    q = gemv.gemv_qkv_rope(x, w, nw, EPS, b, cos, sin, wpos, slots, caches[2], caches[3], h, kv, cfg=cfg)
+    assert q.shape == q_ref.shape == (1, kv, h // kv, d)
+    torch.testing.assert_close(q, q_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(caches[2], caches[0], atol=1e-5, rtol=1e-5)  # k written at [slot 2, :, 11]
+    torch.testing.assert_close(caches[3], caches[1], atol=1e-5, rtol=1e-5)
+    assert caches[2][2, :, 11].abs().sum() > 0 and caches[2][:2].abs().sum() == 0
+
+
+def test_gemv_qkv_rope_rejects_odd_block():
+    w, x = torch.randn(64, 8), torch.randn(1, 8)
+    kc = torch.zeros(1, 1, 4, 16)
+    with pytest.raises(ValueError, match="even divisor"):
+        gemv.gemv_qkv_rope(x, w, torch.ones(8), EPS, None, torch.ones(4, 16), torch.zeros(4, 16),
+                           torch.tensor([0]), torch.tensor([0]), kc, kc.clone(), 2, 1, cfg=(32, 8, 1, 4))

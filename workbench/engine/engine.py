@@ -123,7 +123,7 @@ class Engine:
         self.gemv1 = None
         if not on or not all(isinstance(m, Dense) for m in self.w.matmuls()):
             return False
-        if any(lw.bo is not None for lw in self.w.layers):
+        if any(lw.bo is not None for lw in self.w.layers) or self.spec.head_dim % 2:
             return False
         try:
             from workbench.kernels import gemv
@@ -139,7 +139,10 @@ class Engine:
         s, lw, dev, dt = self.spec, self.w.layers[0], self.device, self.dtype
         hid = torch.randn(1, s.hidden_size, device=dev, dtype=dt)
         with torch.no_grad():
-            gemv.tune(hid, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps)
+            scratch = torch.tensor([self.scratch], device=dev)  # the cache's scratch column
+            gemv.tune(hid, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps,
+                      rope=(lw.bqkv, self.cos, self.sin, scratch, torch.zeros(1, dtype=torch.int64, device=dev),
+                            self.k_cache[0], self.v_cache[0], s.n_heads, s.n_kv_heads))
             gemv.tune(torch.randn(1, s.n_heads * s.head_dim, device=dev, dtype=dt), lw.wo.w, residual=hid)
             gemv.tune(hid, lw.wgu.w, "rmsnorm", lw.ln2, s.rms_eps)
             gemv.tune(torch.randn(1, lw.wgu.w.shape[0], device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
@@ -319,14 +322,14 @@ class Engine:
         fuse = self.gemv1 is not None and n == 1
         gv, eps = self.gemv1, s.rms_eps
         for li, lw in enumerate(self.w.layers):
-            if fuse:
-                qkv = gv.gemv(x, lw.wqkv.w, "rmsnorm", lw.ln1, eps)
+            kc, vc = self.k_cache[li], self.v_cache[li]
+            if fuse:  # RMSNorm, qkv GEMV, bias, RoPE and the KV-cache write in one launch
+                q = gv.gemv_qkv_rope(x, lw.wqkv.w, lw.ln1, eps, lw.bqkv, self.cos, self.sin, wpos_f, slots, kc, vc,
+                                     s.n_heads, kvh)  # [1, KV, G, D]
             else:
                 h, residual = ops.add_rmsnorm(x, residual, lw.ln1, eps)
-                qkv = lw.wqkv(h)
-            kc, vc = self.k_cache[li], self.v_cache[li]
-            q = ops.qkv_rope_cache(qkv, lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
-                                   s.n_heads, kvh)  # [B, KV, G*T, D]
+                q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
+                                       s.n_heads, kvh)  # [B, KV, G*T, D]
             if decode_attn is not None:
                 o = decode_attn(q, kc, vc, slots, qpos, scale)  # [B, KV, G*T, D]
             else:

@@ -89,12 +89,23 @@ def _fma(w, X, NW, kk, K, inv, acc, BLOCK_K: tl.constexpr, PRO: tl.constexpr, EV
 
 @triton.jit
 def _gemv_kernel(X, W, OUT, P, LOCK, RES, NW, N, K, PER, SPLIT_K, eps,
+                 BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads, c_sb, c_sh, c_ss,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, KFULL: tl.constexpr, PRO: tl.constexpr,
                  HAS_RES: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
-                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr, ROPE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 D: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if ROPE:
+        # rows of one program: BLOCK_N // 2 dims of the first half of a head and the same dims of the
+        # second half, the pairs RoPE rotates together (HF rotate_half layout)
+        HALFN: tl.constexpr = BLOCK_N // 2
+        ii = tl.arange(0, BLOCK_N)
+        head = pid_n // (D // BLOCK_N)
+        d0 = (pid_n % (D // BLOCK_N)) * HALFN
+        rn = head * D + d0 + (ii % HALFN) + (ii // HALFN) * (D // 2)
+    else:
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < N
     w_rows = W + rn.to(tl.int64)[:, None] * K
     k_begin = pid_k * PER
@@ -123,7 +134,6 @@ def _gemv_kernel(X, W, OUT, P, LOCK, RES, NW, N, K, PER, SPLIT_K, eps,
             acc = _fma(_load_w(w_rows, nmask, kk, K, BLOCK_K, EVEN_N, EVEN_K), X, NW, kk, K, inv, acc, BLOCK_K,
                        PRO, EVEN_K)
     y = tl.sum(acc, axis=1)
-    ety = OUT.dtype.element_ty
     if PARTIAL:
         # split-K in one kernel: store the float32 partial, take a ticket; the last split sums them
         tl.store(P + pid_k * N + rn, y, mask=nmask)
@@ -135,10 +145,52 @@ def _gemv_kernel(X, W, OUT, P, LOCK, RES, NW, N, K, PER, SPLIT_K, eps,
             while sk < SPLIT_K:
                 t += tl.load(P + sk * N + rn, mask=nmask, other=0.0, cache_modifier=".cg")
                 sk += 1
-            if HAS_RES:
-                t = t.to(ety).to(tl.float32) + tl.load(RES + rn, mask=nmask, other=0.0).to(tl.float32)
-            tl.store(OUT + rn, t.to(ety), mask=nmask)
+            _epilogue(t, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
+                      c_sb, c_sh, c_ss, head if ROPE else 0, d0 if ROPE else 0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
             tl.atomic_xchg(LOCK + pid_n, 0, sem="relaxed", scope="gpu")
+    else:
+        _epilogue(y, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
+                  c_sb, c_sh, c_ss, head if ROPE else 0, d0 if ROPE else 0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
+
+
+@triton.jit
+def _epilogue(y, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads, c_sb, c_sh, c_ss,
+              head, d0, HAS_RES: tl.constexpr, ROPE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
+              D: tl.constexpr):
+    """Store the float32 row block ``y`` ``[BLOCK_N]``: plain (optionally + residual), or, with ``ROPE``,
+    bias + RoPE + the KV-cache write of one token (q to ``OUT``, k and v into the caches)."""
+    ety = OUT.dtype.element_ty
+    if ROPE:
+        HALFN: tl.constexpr = BLOCK_N // 2
+        if HAS_BIAS:
+            y = y + tl.load(BIAS + rn).to(tl.float32)
+        y = y.to(ety).to(tl.float32)  # the qkv Linear's output (bias included) in the activation dtype
+        y2 = tl.reshape(y, [2, HALFN])
+        sel = tl.arange(0, 2)[:, None]
+        x1 = tl.sum(tl.where(sel == 0, y2, 0.0), axis=0)  # dims d0 .. d0 + HALFN of the first half
+        x2 = tl.sum(tl.where(sel == 1, y2, 0.0), axis=0)  # the same dims of the second half
+        dd = d0 + tl.arange(0, HALFN)
+        pos = tl.load(WPOS).to(tl.int64)
+        if head < n_q_heads + n_kv_heads:  # q and k: rotate (Su et al. 2021, RoFormer eq. 34)
+            c = tl.load(COS + pos * D + dd)
+            s = tl.load(SIN + pos * D + dd)
+            o1 = x1 * c - x2 * s
+            o2 = x2 * c + x1 * s
+        else:
+            o1 = x1
+            o2 = x2
+        if head < n_q_heads:  # one token: q's grouped layout [1, KV, G, D] is the head order itself
+            dst = OUT + head * D
+        else:
+            slot = tl.load(SLOTS).to(tl.int64)
+            kvh = head - n_q_heads
+            cache = KC
+            if kvh >= n_kv_heads:
+                kvh -= n_kv_heads
+                cache = VC
+            dst = cache + slot * c_sb + kvh * c_sh + pos * c_ss
+        tl.store(dst + dd, o1.to(ety))
+        tl.store(dst + D // 2 + dd, o2.to(ety))
     else:
         if HAS_RES:
             y = y.to(ety).to(tl.float32) + tl.load(RES + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -166,26 +218,69 @@ def gemv(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: 
     if residual is not None and residual.numel() != n:
         raise ValueError(f"residual has {residual.numel()} elements, want N={n}")
     x = x.contiguous()
-    block_n, block_k, split_k, warps, *rest = cfg or _BEST.get(_key(n, k, prologue, residual is not None), DEFAULT)
+    out = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    _launch(x, w, out, norm_weight, eps, residual, PROLOGUES[prologue],
+            cfg or _BEST.get(_key(n, k, prologue, residual is not None), DEFAULT))
+    return out
+
+
+def _launch(x, w, out, norm_weight, eps, residual, pro: int, cfg, rope=None):
+    n, k = w.shape
+    block_n, block_k, split_k, warps, *rest = cfg
     stages = rest[0] if rest else 1
     pdl = use_pdl(x.device)
     steps = triton.cdiv(k, block_k)
     per = triton.cdiv(steps, split_k) * block_k  # columns per split, a multiple of BLOCK_K
     split_k = triton.cdiv(k, per)  # no empty splits
-    out = torch.empty(1, n, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n, block_n), split_k)
     if split_k > 1:
         part = torch.empty(split_k, n, dtype=torch.float32, device=x.device)
         lock = _locks(x.device, grid[0])
     else:
         part = lock = out
+    if rope is None:
+        r_args, d, bias = (x,) * 7 + (0,) * 5, 2, None
+    else:
+        bias, cos, sin, wpos, slots, kc, vc, n_heads, n_kv = rope
+        d = kc.shape[-1]
+        r_args = (bias if bias is not None else x, cos, sin, wpos, slots, kc, vc, n_heads, n_kv,
+                  kc.stride(0), kc.stride(1), kc.stride(2))
     _gemv_kernel[grid](x, w, out, part, lock, residual if residual is not None else out,
-                       norm_weight if norm_weight is not None else x, n, k, per, split_k, eps,
+                       norm_weight if norm_weight is not None else x, n, k, per, split_k, eps, *r_args,
                        BLOCK_N=block_n, BLOCK_K=block_k, KFULL=triton.next_power_of_2(k),
-                       PRO=PROLOGUES[prologue], HAS_RES=residual is not None, EVEN_N=n % block_n == 0,
+                       PRO=pro, HAS_RES=residual is not None, EVEN_N=n % block_n == 0,
                        EVEN_K=k % block_k == 0 and per * split_k == k, PARTIAL=split_k > 1,
-                       INTERPRET=_interpret(), PDL=pdl, num_warps=warps, num_stages=stages, launch_pdl=pdl)
-    return out
+                       INTERPRET=_interpret(), PDL=pdl, ROPE=rope is not None, HAS_BIAS=bias is not None, D=d,
+                       num_warps=warps, num_stages=stages, launch_pdl=pdl)
+
+
+def gemv_qkv_rope(x, w, norm_weight, eps, bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads: int, n_kv: int,
+                  cfg=None) -> torch.Tensor:
+    """One token's attention input in one launch: ``qkv = RMSNorm(x) @ w.T + bias``, RoPE on q and k
+    (HF ``rotate_half`` layout), k and v written into the caches; the fused form of ``gemv(...,
+    "rmsnorm")`` followed by :func:`workbench.kernels.fused.qkv_rope_cache` for ``B = T = 1``.
+
+    Args: ``x`` ``[1, hidden]``; ``w`` ``[(H + 2*KV) * D, hidden]``; ``norm_weight`` ``[hidden]``;
+    ``bias`` ``[(H + 2*KV) * D]`` or None; ``cos``/``sin`` ``[S_cache, D]`` float32; ``wpos`` ``[1]`` int64
+    (write position); ``slots`` ``[1]`` int64; ``k_cache``/``v_cache`` one layer ``[max_batch, KV,
+    S_cache, D]`` (written in place). Returns q ``[1, KV, G, D]`` (G = H // KV), as ``qkv_rope_cache``.
+    ``cfg``: as :func:`gemv`, with ``BLOCK_N`` an even divisor of D. Raises ``ValueError`` otherwise."""
+    n, k = w.shape
+    d = k_cache.shape[-1]
+    if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != k or n != (n_heads + 2 * n_kv) * d:
+        raise ValueError(f"x {tuple(x.shape)}, w {tuple(w.shape)}: want one row of {k} and "
+                         f"(n_heads + 2 * n_kv) * head_dim = {(n_heads + 2 * n_kv) * d} rows")
+    cfg = cfg or _BEST.get(_key(n, k, "rmsnorm+rope", False)) or _rope_cfg(DEFAULT, d)
+    if cfg[0] < 2 or d % cfg[0]:
+        raise ValueError(f"BLOCK_N={cfg[0]} must be an even divisor of head_dim={d}")
+    q = torch.empty(1, n_kv, n_heads // n_kv, d, dtype=x.dtype, device=x.device)
+    _launch(x.contiguous(), w, q, norm_weight, eps, None, PROLOGUES["rmsnorm"], cfg,
+            (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv))
+    return q
+
+
+def _rope_cfg(cfg, d: int):
+    return (min(cfg[0], d), *cfg[1:])
 
 
 def _interpret() -> bool:
@@ -222,7 +317,12 @@ def reference(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None) 
 # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages); SPLIT_K is a launch argument (no extra compilation)
 TILES = ((4, 512, 4), (8, 256, 4), (8, 512, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8))
 SEARCH_CONFIGS = [(bn, bk, sk, nw, st) for bn, bk, nw in TILES for sk in (1, 2, 4) for st in (1, 2, 3)]
-CONFIGS = SEARCH_CONFIGS
+# What :func:`tune` tries by default (an engine tunes its five calls when it is built): the winners, and
+# those within ~2%, of the full search over SEARCH_CONFIGS on the H200 for the Qwen2-7B calls
+# (benchmarks/bench_gemv_bf16.py; num_stages changed nothing measurable, so 1), plus small-tile split-K
+# variants for narrow models; fewer configurations keep the first build's compile time short.
+CONFIGS = [(4, 512, 1, 4, 1), (8, 512, 1, 4, 1), (16, 512, 1, 8, 1), (16, 256, 1, 4, 1), (32, 256, 1, 8, 1),
+           (8, 512, 2, 4, 1), (16, 256, 2, 4, 1), (16, 256, 4, 4, 1), (8, 256, 4, 4, 1), (4, 512, 4, 4, 1)]
 DEFAULT = (8, 512, 1, 4, 1)
 _BEST: dict = {}
 
@@ -232,28 +332,41 @@ def _key(n, k, prologue, has_res):
 
 
 def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, configs=None,
-         l2_bytes: float = 128e6, timings: dict | None = None):
+         l2_bytes: float = 128e6, timings: dict | None = None, rope: tuple | None = None):
     """Time ``configs`` (default :data:`CONFIGS`) for this call under CUDA-graph replay with the weight
     rotated over enough copies (>= ``l2_bytes``) that L2 holds none of it; cache the fastest in
     :data:`_BEST` and return it. Variants whose result differs from the unsplit default by more than
-    1% (norm) are skipped. Call outside graph capture; needs CUDA."""
+    1% (norm) are skipped. ``rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)``
+    tunes :func:`gemv_qkv_rope` instead (``prologue`` is then "rmsnorm"). Call outside graph capture;
+    needs CUDA."""
     from workbench.kernels.timing import cuda_graph_ms
 
     n, k = w.shape
-    key = _key(n, k, prologue, residual is not None)
+    key = _key(n, k, "rmsnorm+rope" if rope else prologue, residual is not None)
     if key in _BEST and timings is None:
         return _BEST[key]
     copies = max(1, -(-int(l2_bytes) // w.nbytes))
     ws = [w] + [w.clone() for _ in range(copies - 1)]
-    ref = gemv(x, w, prologue, norm_weight, eps, residual, DEFAULT).float()
+    configs = configs or CONFIGS
+    if rope is not None:
+        d = rope[5].shape[-1]
+        configs = [c for c in configs if c[0] >= 2 and d % c[0] == 0]
+
+        def run(wi, cfg):
+            return gemv_qkv_rope(x, wi, norm_weight, eps, *rope, cfg=cfg)
+        ref = run(w, _rope_cfg(DEFAULT, d)).float()
+    else:
+        def run(wi, cfg):
+            return gemv(x, wi, prologue, norm_weight, eps, residual, cfg)
+        ref = run(w, DEFAULT).float()
     best, best_t = None, float("inf")
-    for cfg in configs or CONFIGS:
+    for cfg in configs:
         state = [0]
 
         def call(cfg=cfg, state=state):
             wi = ws[state[0] % len(ws)]
             state[0] += 1
-            return gemv(x, wi, prologue, norm_weight, eps, residual, cfg)
+            return run(wi, cfg)
 
         try:
             bad = float((call().float() - ref).norm()) > 1e-2 * float(ref.norm()) + 1e-6
