@@ -381,3 +381,188 @@ def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, confi
         raise RuntimeError(f"no bf16 GEMV configuration ran for N={n}, K={k}, prologue={prologue}")
     _BEST[key] = best
     return best
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A few rows (2..32): speculative verify steps (T = k + 1) and small decode batches
+
+
+@triton.jit
+def _rows_kernel(X, W, OUT, P, LOCK, RES, NW, M, N, K, PER, SPLIT_K, eps, stride_x,
+                 M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRO: tl.constexpr,
+                 HAS_RES: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr, IEEE: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    rm = tl.arange(0, M_PAD)
+    mmask = rm < M
+    w_rows = W + rn.to(tl.int64)[:, None] * K
+    k_begin = pid_k * PER
+    w0 = _load_w(w_rows, nmask, k_begin, K, BLOCK_K, EVEN_N, EVEN_K)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
+    ss = tl.zeros([M_PAD], dtype=tl.float32)
+    acc, ss = _rows_fma(w0, X, NW, rm, mmask, k_begin, K, stride_x, acc, ss, BLOCK_K, PRO, IEEE)
+    if INTERPRET:
+        kk = k_begin + BLOCK_K
+        while kk < k_begin + PER:
+            acc, ss = _rows_fma(_load_w(w_rows, nmask, kk, K, BLOCK_K, EVEN_N, EVEN_K), X, NW, rm, mmask, kk, K,
+                                stride_x, acc, ss, BLOCK_K, PRO, IEEE)
+            kk += BLOCK_K
+    else:
+        for kk in range(k_begin + BLOCK_K, k_begin + PER, BLOCK_K):
+            acc, ss = _rows_fma(_load_w(w_rows, nmask, kk, K, BLOCK_K, EVEN_N, EVEN_K), X, NW, rm, mmask, kk, K,
+                                stride_x, acc, ss, BLOCK_K, PRO, IEEE)
+    if PRO == 1:  # RMSNorm's 1 / rms applied to the finished row sums (every K column was seen: SPLIT_K = 1)
+        acc = acc * tl.rsqrt(ss / K + eps)[:, None]
+    offs = rm[:, None] * N + rn[None, :]
+    omask = mmask[:, None] & nmask[None, :]
+    ety = OUT.dtype.element_ty
+    if PARTIAL:
+        tl.store(P + pid_k * M * N + offs, acc, mask=omask)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(LOCK + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            t = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)
+            sk = 0
+            while sk < SPLIT_K:
+                t += tl.load(P + sk * M * N + offs, mask=omask, other=0.0, cache_modifier=".cg")
+                sk += 1
+            if HAS_RES:
+                t = t.to(ety).to(tl.float32) + tl.load(RES + offs, mask=omask, other=0.0).to(tl.float32)
+            tl.store(OUT + offs, t.to(ety), mask=omask)
+            tl.atomic_xchg(LOCK + pid_n, 0, sem="relaxed", scope="gpu")
+    else:
+        if HAS_RES:
+            acc = acc.to(ety).to(tl.float32) + tl.load(RES + offs, mask=omask, other=0.0).to(tl.float32)
+        tl.store(OUT + offs, acc.to(ety), mask=omask)
+
+
+@triton.jit
+def _rows_fma(w, X, NW, rm, mmask, kk, K, stride_x, acc, ss, BLOCK_K: tl.constexpr, PRO: tl.constexpr,
+              IEEE: tl.constexpr):
+    """``acc [M_PAD, BLOCK_N] += f(x)[:, kk:kk+BLOCK_K] @ w.T`` on tensor cores; for RMSNorm the tile is
+    ``x * norm_weight`` (1 / rms is applied at the end) and ``ss`` collects the rows' sums of squares."""
+    offs_k = kk + tl.arange(0, BLOCK_K)
+    kmask = offs_k < K
+    xm = mmask[:, None] & kmask[None, :]
+    xp = X + rm[:, None] * stride_x + offs_k[None, :]
+    x = tl.load(xp, mask=xm, other=0.0)
+    dt = X.dtype.element_ty
+    if PRO == 1:
+        xf = x.to(tl.float32)
+        ss += tl.sum(xf * xf, axis=1)
+        x = (xf * tl.load(NW + offs_k, mask=kmask, other=0.0).to(tl.float32)[None, :]).to(dt)
+    elif PRO == 2:
+        g = x.to(tl.float32)
+        u = tl.load(xp + K, mask=xm, other=0.0).to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(dt)
+        x = (act.to(tl.float32) * u).to(dt)
+    if IEEE:  # float32 (and the interpreter, whose bf16 dot returns garbage in Triton 3.6): exact fp32
+        acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
+    else:
+        acc += tl.dot(x, tl.trans(w))
+    return acc, ss
+
+
+def gemm_rows(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: torch.Tensor | None = None,
+              eps: float = 1e-6, residual: torch.Tensor | None = None, cfg=None) -> torch.Tensor:
+    """The few-row form of :func:`gemv`: ``[M, N] = f(x) @ w.T (+ residual)`` for ``x`` ``[M, K]`` (``[M,
+    2K]`` for ``"swiglu"``), ``2 <= M <= 32`` (speculative verify steps, small decode batches), on tensor
+    cores (``tl.dot``, float32 accumulation), weights read once for all rows.
+
+    Rounding: ``"swiglu"`` and the residual add round as HF does; ``"rmsnorm"`` computes
+    ``(x * norm_weight) @ w.T`` and scales each row by its ``1 / rms`` at the end, which is the same
+    function but not HF's rounding of the normalised activations (one bf16 rounding of ``x * w_norm``
+    instead of two), and needs every K column in one program (``SPLIT_K`` 1). ``cfg = (BLOCK_N, BLOCK_K,
+    SPLIT_K, num_warps[, num_stages])``, ``BLOCK_N``/``BLOCK_K`` >= 16. Raises ``ValueError`` on shapes
+    it does not take."""
+    if prologue not in PROLOGUES:
+        raise ValueError(f"prologue={prologue!r}: choose one of {sorted(PROLOGUES)}")
+    n, k = w.shape
+    m = x.shape[0]
+    xk = 2 * k if prologue == "swiglu" else k
+    if x.dim() != 2 or not 1 <= m <= ROWS_MAX or x.shape[1] != xk:
+        raise ValueError(f"x has shape {tuple(x.shape)}; gemm_rows takes 1..{ROWS_MAX} rows of {xk} "
+                         f"(use torch.matmul for more rows)")
+    if prologue == "rmsnorm" and (norm_weight is None or norm_weight.numel() != k):
+        raise ValueError(f"prologue 'rmsnorm' needs norm_weight of {k} elements")
+    if residual is not None and residual.shape != (m, n):
+        raise ValueError(f"residual has shape {tuple(residual.shape)}, want {(m, n)}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    m_pad = max(16, triton.next_power_of_2(m))
+    key = _key(n, k, prologue, residual is not None) + ("rows",)
+    block_n, block_k, split_k, warps, *rest = cfg or _BEST.get(key, ROWS_DEFAULT)
+    if prologue == "rmsnorm":
+        split_k = 1
+    stages = rest[0] if rest else 3
+    pdl = use_pdl(x.device)
+    steps = triton.cdiv(k, block_k)
+    per = triton.cdiv(steps, split_k) * block_k
+    split_k = triton.cdiv(k, per)
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(n, block_n), split_k)
+    if split_k > 1:
+        part = torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
+        lock = _locks(x.device, grid[0])
+    else:
+        part = lock = out
+    res = residual.contiguous() if residual is not None else out
+    _rows_kernel[grid](x, w, out, part, lock, res, norm_weight if norm_weight is not None else x, m, n, k, per,
+                       split_k, eps, x.stride(0), M_PAD=m_pad, BLOCK_N=block_n, BLOCK_K=block_k,
+                       PRO=PROLOGUES[prologue], HAS_RES=residual is not None, EVEN_N=n % block_n == 0,
+                       EVEN_K=k % block_k == 0 and per * split_k == k, PARTIAL=split_k > 1,
+                       INTERPRET=_interpret(), PDL=pdl, IEEE=x.dtype == torch.float32 or _interpret(),
+                       num_warps=warps, num_stages=stages, launch_pdl=pdl)
+    return out
+
+
+ROWS_MAX = 32
+# (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages); not yet searched on the H200 beyond this list
+ROWS_CONFIGS = [(32, 128, 1, 4, 3), (64, 128, 1, 4, 3), (32, 256, 1, 4, 3), (64, 256, 1, 4, 3),
+                (128, 128, 1, 8, 3), (64, 128, 2, 4, 3), (32, 128, 4, 4, 3), (64, 128, 4, 4, 3)]
+ROWS_DEFAULT = (64, 128, 1, 4, 3)
+
+
+def tune_rows(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, configs=None,
+              l2_bytes: float = 128e6, timings: dict | None = None):
+    """:func:`tune` for :func:`gemm_rows` (``x`` with the row count to tune at); cached per call kind,
+    used for every row count."""
+    from workbench.kernels.timing import cuda_graph_ms
+
+    n, k = w.shape
+    key = _key(n, k, prologue, residual is not None) + ("rows",)
+    if key in _BEST and timings is None:
+        return _BEST[key]
+    copies = max(1, -(-int(l2_bytes) // w.nbytes))
+    ws = [w] + [w.clone() for _ in range(copies - 1)]
+    ref = gemm_rows(x, w, prologue, norm_weight, eps, residual, ROWS_DEFAULT).float()
+    best, best_t = None, float("inf")
+    for cfg in configs or ROWS_CONFIGS:
+        if prologue == "rmsnorm" and cfg[2] > 1:
+            continue
+        state = [0]
+
+        def call(cfg=cfg, state=state):
+            wi = ws[state[0] % len(ws)]
+            state[0] += 1
+            return gemm_rows(x, wi, prologue, norm_weight, eps, residual, cfg)
+
+        try:
+            bad = float((call().float() - ref).norm()) > 1e-2 * float(ref.norm()) + 1e-6
+            t = float("nan") if bad else cuda_graph_ms(call, inner=max(10, 2 * len(ws)), reps=5)
+        except Exception:  # noqa: BLE001, S112 - a configuration that fails to compile or launch is skipped
+            continue
+        if timings is not None:
+            timings[cfg] = t
+        if t < best_t:
+            best, best_t = cfg, t
+    if best is None:
+        raise RuntimeError(f"no gemm_rows configuration ran for N={n}, K={k}, prologue={prologue}")
+    _BEST[key] = best
+    return best
