@@ -24,7 +24,6 @@ Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row'
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -112,14 +111,12 @@ class Engine:
         self.decode_attention = _decode_attention_kernel(device, spec.head_dim)
         # one-row steps: fused bf16 GEMVs (None = cuBLAS + the separate norm/activation kernels)
         self.gemv1 = None
-        self.gemv_rows = False
         self.set_fused_gemv(device.type == "cuda")
 
     def set_fused_gemv(self, on: bool) -> bool:
-        """Use the fused GEMVs of :mod:`workbench.kernels.gemv` for steps of one token (decode at batch 1,
-        :func:`~workbench.kernels.gemv.gemv`) and of 2..32 tokens (verify steps, small decode batches,
-        short prefills; :func:`~workbench.kernels.gemv.gemm_rows`) if ``on`` and the model allows it
-        (every matmul dense, no o_proj bias, triton imports); returns whether they are now in use. Tunes the GEMVs for this model's shapes on CUDA (outside
+        """Use the fused one-row GEMVs of :mod:`workbench.kernels.gemv` for steps of one token (decode at
+        batch 1) if ``on`` and the model allows it (every matmul dense, no o_proj bias, triton imports);
+        returns whether they are now in use. Tunes the GEMVs for this model's shapes on CUDA (outside
         graph capture) and drops captured graphs, which keep the old choice. On CPU they run only under
         ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
@@ -132,18 +129,8 @@ class Engine:
             from workbench.kernels import gemv
         except ImportError:
             return False
-        self.gemv_rows = True
         if self.device.type == "cuda":
-            try:
-                self._tune_gemv1(gemv)
-            except Exception as e:  # noqa: BLE001 - keep the engine usable on the unfused path
-                warnings.warn(f"fused GEMVs disabled, tuning failed: {type(e).__name__}: {e}", stacklevel=2)
-                return False
-            try:
-                self._tune_rows(gemv)
-            except Exception as e:  # noqa: BLE001
-                warnings.warn(f"few-row fused GEMMs disabled, tuning failed: {type(e).__name__}: {e}", stacklevel=2)
-                self.gemv_rows = False
+            self._tune_gemv1(gemv)
         self.gemv1 = gemv
         return True
 
@@ -160,18 +147,6 @@ class Engine:
             gemv.tune(hid, lw.wgu.w, "rmsnorm", lw.ln2, s.rms_eps)
             gemv.tune(torch.randn(1, lw.wgu.w.shape[0], device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
             gemv.tune(hid, self.w.lm_head.w, "rmsnorm", self.w.norm, s.rms_eps)
-
-    def _tune_rows(self, gemv) -> None:
-        """The few-row kernel's configurations, tuned at 16 rows (verify steps of k <= 15, decode batches
-        <= 16) and used for every row count up to 32."""
-        s, lw, dev, dt = self.spec, self.w.layers[0], self.device, self.dtype
-        with torch.no_grad():
-            h16 = torch.randn(16, s.hidden_size, device=dev, dtype=dt)
-            gemv.tune_rows(h16, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps)
-            gemv.tune_rows(torch.randn(16, s.n_heads * s.head_dim, device=dev, dtype=dt), lw.wo.w, residual=h16)
-            gemv.tune_rows(h16, lw.wgu.w, "rmsnorm", lw.ln2, s.rms_eps)
-            gemv.tune_rows(torch.randn(16, lw.wgu.w.shape[0], device=dev, dtype=dt), lw.wd.w, "swiglu", residual=h16)
-            gemv.tune_rows(h16, self.w.lm_head.w, "rmsnorm", self.w.norm, s.rms_eps)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -345,8 +320,6 @@ class Engine:
         # one-row steps on CUDA: RMSNorm, SwiGLU and the residual adds run inside the GEMVs
         # (workbench.kernels.gemv), and x carries the residual stream itself
         fuse = self.gemv1 is not None and n == 1
-        # a few rows (verify steps, small batches): the same fusions except RoPE, weights read once
-        rows = self.gemv1 is not None and self.gemv_rows and 1 < n <= self.gemv1.ROWS_MAX
         gv, eps = self.gemv1, s.rms_eps
         for li, lw in enumerate(self.w.layers):
             kc, vc = self.k_cache[li], self.v_cache[li]
@@ -354,12 +327,8 @@ class Engine:
                 q = gv.gemv_qkv_rope(x, lw.wqkv.w, lw.ln1, eps, lw.bqkv, self.cos, self.sin, wpos_f, slots, kc, vc,
                                      s.n_heads, kvh)  # [1, KV, G, D]
             else:
-                if rows:
-                    qkv = gv.gemm_rows(x, lw.wqkv.w, "rmsnorm", lw.ln1, eps)
-                else:
-                    h, residual = ops.add_rmsnorm(x, residual, lw.ln1, eps)
-                    qkv = lw.wqkv(h)
-                q = ops.qkv_rope_cache(qkv, lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
+                h, residual = ops.add_rmsnorm(x, residual, lw.ln1, eps)
+                q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
                                        s.n_heads, kvh)  # [B, KV, G*T, D]
             if decode_attn is not None:
                 o = decode_attn(q, kc, vc, slots, qpos, scale)  # [B, KV, G*T, D]
@@ -374,10 +343,6 @@ class Engine:
                 x = gv.gemv(o, lw.wo.w, residual=x)
                 x = gv.gemv(gv.gemv(x, lw.wgu.w, "rmsnorm", lw.ln2, eps), lw.wd.w, "swiglu", residual=x)
                 continue
-            if rows:
-                x = gv.gemm_rows(o, lw.wo.w, residual=x)
-                x = gv.gemm_rows(gv.gemm_rows(x, lw.wgu.w, "rmsnorm", lw.ln2, eps), lw.wd.w, "swiglu", residual=x)
-                continue
             x = lw.wo(o)
             if lw.bo is not None:
                 x = x + lw.bo
@@ -385,10 +350,6 @@ class Engine:
             x = lw.wd(ops.silu_mul(lw.wgu(h)))
         if fuse:
             out = gv.gemv(x, self.w.lm_head.w, "rmsnorm", self.w.norm, eps).float()
-        elif rows:
-            if last:
-                x = x.index_select(0, torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0))
-            out = gv.gemm_rows(x, self.w.lm_head.w, "rmsnorm", self.w.norm, eps).float()
         else:
             if last:
                 idx = torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0)
