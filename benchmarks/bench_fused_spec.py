@@ -1,7 +1,11 @@
-"""Speculative decoding (synthetic acceptance) and decode batches with the fused GEMVs, and the verify
-step's cost with them on and off: the short device run that re-measures what the few-row fused GEMM
-(:func:`workbench.kernels.gemv.gemm_rows`) changes, in the order of importance (each section is saved
-as it finishes): spec table, decode B = 1 / 8 / 32, verify costs fused vs unfused, GPU correctness.
+"""Speculative decoding (synthetic acceptance), decode batches and the verify step's cost with the
+fused GEMVs on and off (``Engine.set_fused_gemv``), then the GPU correctness checks: a short device run,
+sections in order of importance, each saved as it finishes.
+
+``results/fused_spec_rows_attempt.json`` is this script's run at commit 8d65384, which also fused
+steps of 2..32 rows (a tensor-core Triton kernel, ``gemm_rows``): that kernel was about 2x slower than
+cuBLAS (verify 7.8-8.0 vs 4.65-4.74 ms, batch 8 8.46 vs 4.55 ms), so it was reverted; the "fused"
+rows of that file for batch > 1 and verify therefore measure the reverted kernel.
 
 Run: ``python3 -m benchmarks.bench_fused_spec`` (~3 min on the H200). Writes ``$OUT/fused_spec.json``.
 Target Qwen2-7B and draft Qwen2-0.5B, random init (as in ``benchmarks/run_all.py``).
@@ -24,8 +28,7 @@ def main():
     rec.put("floors", floors)
     target = Engine.from_config(hf_config(CONFIGS["qwen2-7b"]), max_batch=32, max_seq=640)
     draft = Engine.from_config(hf_config(QWEN2_0_5B), max_batch=1, max_seq=640)
-    rec.put("fused", {"target_one_row": target.gemv1 is not None, "target_rows": target.gemv_rows,
-                      "draft_rows": draft.gemv_rows})
+    rec.put("fused", {"target": target.gemv1 is not None, "draft": draft.gemv1 is not None})
     guarded(rec, "spec", lambda: rec.put("spec", bench_spec(target, draft)))
 
     def decode():
