@@ -15,10 +15,10 @@ pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("needs TRITON_INTERPRET=1 on a machine without a GPU", allow_module_level=True)
 
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from workbench.engine import Engine  # noqa: E402
-from workbench.kernels import gemv  # noqa: E402
+from workbench.engine import Engine
+from workbench.kernels import gemv
 
 EPS = 1e-6
 
