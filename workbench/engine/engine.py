@@ -24,6 +24,7 @@ Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row'
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -130,7 +131,12 @@ class Engine:
         except ImportError:
             return False
         if self.device.type == "cuda":
-            self._tune_gemv1(gemv)
+            try:
+                self._tune_gemv1(gemv)
+            except Exception as e:  # noqa: BLE001 - a GPU/Triton combination it does not compile for
+                warnings.warn(f"fused GEMVs off (the unfused path is used): tuning failed with "
+                              f"{type(e).__name__}: {str(e)[:300]}", stacklevel=2)
+                return False
         self.gemv1 = gemv
         return True
 
