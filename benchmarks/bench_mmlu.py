@@ -240,6 +240,9 @@ def merge(paths: list[str]) -> dict:
         margin += d["mmlu_rows"]["lm_eval_margin"]
     if len(set(rows)) != len(rows):
         raise ValueError("shards overlap: give each K of one N once")
+    shards = [tuple(d["mmlu"].get("shard") or (0, 1)) for d in ds]
+    if len({n for _, n in shards}) != 1 or sorted(k for k, _ in shards) != list(range(shards[0][1])):
+        raise ValueError(f"shards {shards}: want K = 0..N-1 of one N, each once")
     eng = torch.tensor(base)[rows]
     lm_t, m_t = torch.tensor(lm), torch.tensor(margin)
     agree = eng == lm_t

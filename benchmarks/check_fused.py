@@ -32,6 +32,7 @@ def compare(m, n_prompt: int = 24, n_steps: int = 8) -> dict:
     return out
 
 
+@torch.no_grad()
 def main():
     rec = Recorder(name="check_fused.json")
     rec.put("env", environment())

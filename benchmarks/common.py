@@ -46,9 +46,10 @@ def hf_model(d: dict, device=None, dtype=None, seed: int = 0):
     from transformers import AutoModelForCausalLM
 
     device, dtype = device or DEVICE, dtype or DTYPE
-    torch.manual_seed(seed)
-    with torch.device(device):
-        m = AutoModelForCausalLM.from_config(hf_config(d), dtype=dtype)
+    with torch.random.fork_rng(devices=[torch.device(device)] if torch.device(device).type == "cuda" else []):
+        torch.manual_seed(seed)  # (inside fork_rng: the caller's RNG state is left as it was)
+        with torch.device(device):
+            m = AutoModelForCausalLM.from_config(hf_config(d), dtype=dtype)
     return m.eval()
 
 

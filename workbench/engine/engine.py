@@ -24,6 +24,7 @@ Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row'
 from __future__ import annotations
 
 import math
+import os
 import warnings
 
 import torch
@@ -124,7 +125,9 @@ class Engine:
         self.gemv1 = None
         if not on or not all(isinstance(m, Dense) for m in self.w.matmuls()):
             return False
-        if any(lw.bo is not None for lw in self.w.layers) or self.spec.head_dim % 2:
+        if any(lw.bo is not None for lw in self.w.layers) or self.spec.head_dim % 4:
+            return False  # (the fused RoPE epilogue needs head_dim divisible by a power of two >= 4)
+        if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             return False
         try:
             from workbench.kernels import gemv

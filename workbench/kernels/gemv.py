@@ -217,10 +217,12 @@ def gemv(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: 
         raise ValueError(f"prologue 'rmsnorm' needs norm_weight of {k} elements")
     if residual is not None and residual.numel() != n:
         raise ValueError(f"residual has {residual.numel()} elements, want N={n}")
+    if not w.is_contiguous():
+        raise ValueError("w must be contiguous ([N, K] row-major, the nn.Linear layout): pass w.contiguous()")
     x = x.contiguous()
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
     _launch(x, w, out, norm_weight, eps, residual, PROLOGUES[prologue],
-            cfg or _BEST.get(_key(n, k, prologue, residual is not None), DEFAULT))
+            cfg or _BEST.get(_key(n, k, prologue, residual is not None, x.dtype), DEFAULT))
     return out
 
 
@@ -270,9 +272,14 @@ def gemv_qkv_rope(x, w, norm_weight, eps, bias, cos, sin, wpos, slots, k_cache, 
     if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != k or n != (n_heads + 2 * n_kv) * d:
         raise ValueError(f"x {tuple(x.shape)}, w {tuple(w.shape)}: want one row of {k} and "
                          f"(n_heads + 2 * n_kv) * head_dim = {(n_heads + 2 * n_kv) * d} rows")
-    cfg = cfg or _BEST.get(_key(n, k, "rmsnorm+rope", False)) or _rope_cfg(DEFAULT, d)
-    if cfg[0] < 2 or d % cfg[0]:
-        raise ValueError(f"BLOCK_N={cfg[0]} must be an even divisor of head_dim={d}")
+    if not w.is_contiguous():
+        raise ValueError("w must be contiguous ([N, K] row-major, the nn.Linear layout): pass w.contiguous()")
+    if n_kv < 1 or n_heads % n_kv:
+        raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv={n_kv}")
+    cfg = cfg or _BEST.get(_key(n, k, f"rmsnorm+rope{d}", False, x.dtype)) or _rope_cfg(DEFAULT, d)
+    bn = cfg[0]
+    if bn < 2 or bn & (bn - 1) or d % bn:
+        raise ValueError(f"BLOCK_N={bn} must be a power of two >= 2 dividing head_dim={d}")
     q = torch.empty(1, n_kv, n_heads // n_kv, d, dtype=x.dtype, device=x.device)
     _launch(x.contiguous(), w, q, norm_weight, eps, None, PROLOGUES["rmsnorm"], cfg,
             (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv))
@@ -280,7 +287,9 @@ def gemv_qkv_rope(x, w, norm_weight, eps, bias, cos, sin, wpos, slots, k_cache, 
 
 
 def _rope_cfg(cfg, d: int):
-    return (min(cfg[0], d), *cfg[1:])
+    """``cfg`` with BLOCK_N cut to the largest power of two dividing ``d`` (the rows of one program must
+    lie inside one head)."""
+    return (min(cfg[0], d & -d), *cfg[1:])
 
 
 def _interpret() -> bool:
@@ -298,12 +307,13 @@ PDL_ENABLED = os.environ.get("WB_PDL", "1") not in ("0", "false", "False")
 def use_pdl(device: torch.device) -> bool:
     """Launch with programmatic dependent launch (CUDA, compute capability >= 9.0, not the interpreter;
     ``WB_PDL=0`` turns it off). See ``griddepcontrol`` in the PTX ISA; Triton's ``gdc_wait``."""
-    return (PDL_ENABLED and device.type == "cuda" and not _interpret()
+    return (PDL_ENABLED and device.type == "cuda" and not _interpret() and torch.version.hip is None
             and _pdl_capable(device.index if device.index is not None else torch.cuda.current_device()))
 
 
 def reference(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None) -> torch.Tensor:
-    """The same computation in plain torch, HF's operation order (the tests' oracle)."""
+    """The same function in plain torch (HF's order of operations, in the input dtype); the benchmarks'
+    error reference (run in float32)."""
     if prologue == "rmsnorm":
         xf = x.float()
         x = norm_weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
@@ -327,8 +337,8 @@ DEFAULT = (8, 512, 1, 4, 1)
 _BEST: dict = {}
 
 
-def _key(n, k, prologue, has_res):
-    return (n, k, prologue, bool(has_res))
+def _key(n, k, prologue, has_res, dtype):
+    return (n, k, prologue, bool(has_res), dtype)
 
 
 def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, configs=None,
@@ -342,15 +352,15 @@ def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, confi
     from workbench.kernels.timing import cuda_graph_ms
 
     n, k = w.shape
-    key = _key(n, k, "rmsnorm+rope" if rope else prologue, residual is not None)
+    key = _key(n, k, f"rmsnorm+rope{rope[5].shape[-1]}" if rope else prologue, residual is not None, x.dtype)
     if key in _BEST and timings is None:
         return _BEST[key]
-    copies = max(1, -(-int(l2_bytes) // w.nbytes))
+    copies = min(64, max(1, -(-int(l2_bytes) // w.nbytes)))  # (small models: L2 may then hold them)
     ws = [w] + [w.clone() for _ in range(copies - 1)]
     configs = configs or CONFIGS
     if rope is not None:
         d = rope[5].shape[-1]
-        configs = [c for c in configs if c[0] >= 2 and d % c[0] == 0]
+        configs = [c for c in configs if c[0] >= 2 and not c[0] & (c[0] - 1) and d % c[0] == 0]
 
         def run(wi, cfg):
             return gemv_qkv_rope(x, wi, norm_weight, eps, *rope, cfg=cfg)
