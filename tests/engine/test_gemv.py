@@ -124,12 +124,14 @@ SMALL = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hi
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "llama-head_dim12-gqa4"])
 def test_engine_fused_decode_equals_unfused_and_hf(arch):
-    """Decode at batch 1 through the fused GEMVs == the unfused engine path == HF, float32."""
+    """Decode at batch 1 through the fused GEMVs == the unfused engine path == HF, float32 (head_dim 12:
+    the RoPE epilogue's tile falls back to 4 rows)."""
     torch.manual_seed(0)
-    cls, cfg = (LlamaForCausalLM, LlamaConfig) if arch == "llama" else (Qwen2ForCausalLM, Qwen2Config)
-    model = cls(cfg(**SMALL)).eval()
+    cls, cfg = (Qwen2ForCausalLM, Qwen2Config) if arch == "qwen2" else (LlamaForCausalLM, LlamaConfig)
+    shape = {**SMALL, "hidden_size": 48, "num_key_value_heads": 1} if "head_dim12" in arch else SMALL
+    model = cls(cfg(**shape)).eval()
     with torch.no_grad():
         for p in model.parameters():  # HF zero-inits biases and sets norms to 1: make every term count
             p.add_(torch.randn(p.shape) * 0.05)
@@ -184,3 +186,11 @@ def test_gemv_qkv_rope_bad_input_names_the_fix():
             gemv.gemv_qkv_rope(*args, 2, 1, cfg=bad)
     with pytest.raises(ValueError, match="multiple of n_kv"):
         gemv.gemv_qkv_rope(x, torch.randn(16 * 7, 8), *args[2:], 3, 2)
+
+
+def test_engine_refuses_fused_path_it_cannot_run():
+    """head_dim without a power-of-two divisor >= 4 (here 6): unfused path, and set_fused_gemv says so."""
+    model = LlamaForCausalLM(LlamaConfig(**{**SMALL, "hidden_size": 24})).eval()  # 4 heads of 6
+    e = Engine.from_hf(model, max_batch=1, max_seq=16)
+    assert e.set_fused_gemv(True) is False and e.gemv1 is None
+    assert torch.isfinite(e.runner().extend(torch.arange(3))).all()
