@@ -194,3 +194,59 @@ def test_engine_refuses_fused_path_it_cannot_run():
     e = Engine.from_hf(model, max_batch=1, max_seq=16)
     assert e.set_fused_gemv(True) is False and e.gemv1 is None
     assert torch.isfinite(e.runner().extend(torch.arange(3))).all()
+
+
+def _fake_timer(monkeypatch, ms_of_cfg):
+    """Replace the CUDA-graph timer (CUDA only) by ``ms_of_cfg(cfg)`` after one real call, so the tuners
+    run on the CPU; the configuration is read from the timed closure's default argument."""
+    from workbench.kernels import timing
+
+    def fake(fn, inner=20, reps=10):
+        fn()
+        return ms_of_cfg(fn.__defaults__[0])
+    monkeypatch.setattr(timing, "cuda_graph_ms", fake)
+
+
+def test_tune_takes_the_fastest_correct_config_and_caches_it(monkeypatch):
+    monkeypatch.setattr(gemv, "_BEST", {})
+    _fake_timer(monkeypatch, lambda cfg: {(8, 32, 1, 4): 3.0, (16, 32, 2, 4): 2.0, (4, 32, 4, 4): 5.0}[cfg])
+    g = torch.Generator().manual_seed(2)
+    w, x, nw = torch.randn(32, 64, generator=g), torch.randn(1, 64, generator=g), torch.rand(64, generator=g) + 0.5
+    timings: dict = {}
+    cfgs = [(8, 32, 1, 4), (16, 32, 2, 4), (4, 32, 4, 4), (3, 32, 1, 4)]  # the last fails to compile
+    best = gemv.tune(x, w, "rmsnorm", nw, EPS, configs=cfgs, l2_bytes=0, timings=timings)
+    assert best == (16, 32, 2, 4) and set(timings) == set(cfgs[:3])
+    assert gemv._BEST[gemv._key(32, 64, "rmsnorm", False, torch.float32)] == best
+    torch.testing.assert_close(gemv.gemv(x, w, "rmsnorm", nw, EPS), gemv.reference(x, w, "rmsnorm", nw, EPS),
+                               atol=1e-5, rtol=1e-5)  # now launched with the cached configuration
+
+
+def test_tune_rope_keeps_only_tiles_inside_a_head(monkeypatch):
+    monkeypatch.setattr(gemv, "_BEST", {})
+    _fake_timer(monkeypatch, lambda cfg: 1.0 / cfg[0])  # bigger tiles "faster": 32 would win if allowed
+    h, kv, d, hid = 2, 1, 16, 32
+    g = torch.Generator().manual_seed(4)
+    w, x = torch.randn((h + 2 * kv) * d, hid, generator=g), torch.randn(1, hid, generator=g)
+    cache = torch.zeros(1, kv, 8, d)
+    rope = (None, torch.ones(8, d), torch.zeros(8, d), torch.tensor([3]), torch.tensor([0]), cache, cache.clone(),
+            h, kv)
+    timings: dict = {}
+    best = gemv.tune(x, w, "rmsnorm", torch.ones(hid), EPS, configs=[(4, 32, 1, 4), (16, 32, 1, 4), (32, 32, 1, 4)],
+                     l2_bytes=0, timings=timings, rope=rope)
+    assert best == (16, 32, 1, 4) and (32, 32, 1, 4) not in timings
+
+
+def test_tune_skips_a_config_with_a_wrong_result(monkeypatch):
+    from workbench.kernels import timing
+
+    calls = []
+
+    def run(w, cfg):
+        calls.append(cfg)
+        return torch.ones(4) * (2.0 if cfg == "wrong" else 1.0)
+    monkeypatch.setattr(timing, "cuda_graph_ms", lambda fn, inner=20, reps=10: (fn(), 1.0)[1])
+    timings: dict = {}
+    assert timing.fastest_config(["wrong", "right"], run, [None], torch.ones(4), timings) == "right"
+    assert timings["right"] == 1.0 and timings["wrong"] != timings["wrong"]  # NaN: checked, not timed
+    with pytest.raises(RuntimeError, match="no kernel configuration ran"):
+        timing.fastest_config(["wrong"], run, [None], torch.ones(4))

@@ -95,3 +95,25 @@ def test_pack_layout_and_legacy_entry():
     assert _rel(y.cpu(), F.linear(x, w_hat)) < 1e-5
     with pytest.raises(ValueError):
         w4a16.gemv(torch.randn(5, k).to(DEV), qw.to(DEV), s.t().contiguous().to(DEV), z.t().contiguous().to(DEV), g, n)
+
+
+def test_tune_runs_and_caches_with_a_fake_timer(monkeypatch):
+    """:func:`w4a16.tune` end to end on the CPU, the CUDA-graph timer replaced by a per-config table."""
+    if DEV != "cpu":
+        pytest.skip("the real timer runs on the GPU benchmarks")
+    from workbench.kernels import timing
+
+    table = {(32, 1, 2, 4): 2.0, (16, 2, 1, 4, 2): 1.0}
+
+    def fake(fn, inner=20, reps=10):
+        fn()
+        return table[fn.__defaults__[0]]
+    monkeypatch.setattr(timing, "cuda_graph_ms", fake)
+    monkeypatch.setattr(w4a16, "_BEST", {})
+    q, s, z, w_hat, gen = _case(96, 256, 64)
+    qw = w4a16.pack_int4_gemv(q, 64)
+    x = torch.randn(1, 256, generator=gen)
+    st, zt = s.t().contiguous(), z.t().contiguous()
+    assert w4a16.tune(x, qw, st, zt, 64, 96, configs=list(table), l2_bytes=0) == (16, 2, 1, 4, 2)
+    assert w4a16._BEST[(96, 256, 1)] == (16, 2, 1, 4, 2)
+    assert _rel(w4a16.gemv(x, qw, st, zt, 64, 96), F.linear(x, w_hat)) < 1e-5

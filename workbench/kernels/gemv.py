@@ -349,7 +349,7 @@ def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, confi
     1% (norm) are skipped. ``rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)``
     tunes :func:`gemv_qkv_rope` instead (``prologue`` is then "rmsnorm"). Call outside graph capture;
     needs CUDA."""
-    from workbench.kernels.timing import cuda_graph_ms
+    from workbench.kernels.timing import fastest_config
 
     n, k = w.shape
     key = _key(n, k, f"rmsnorm+rope{rope[5].shape[-1]}" if rope else prologue, residual is not None, x.dtype)
@@ -369,25 +369,6 @@ def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, confi
         def run(wi, cfg):
             return gemv(x, wi, prologue, norm_weight, eps, residual, cfg)
         ref = run(w, DEFAULT).float()
-    best, best_t = None, float("inf")
-    for cfg in configs:
-        state = [0]
-
-        def call(cfg=cfg, state=state):
-            wi = ws[state[0] % len(ws)]
-            state[0] += 1
-            return run(wi, cfg)
-
-        try:
-            bad = float((call().float() - ref).norm()) > 1e-2 * float(ref.norm()) + 1e-6
-            t = float("nan") if bad else cuda_graph_ms(call, inner=max(10, 2 * len(ws)), reps=5)
-        except Exception:  # noqa: BLE001, S112 - a configuration that fails to compile or launch is skipped
-            continue
-        if timings is not None:
-            timings[cfg] = t
-        if t < best_t:
-            best, best_t = cfg, t
-    if best is None:
-        raise RuntimeError(f"no bf16 GEMV configuration ran for N={n}, K={k}, prologue={prologue}")
+    best = fastest_config(configs, run, ws, ref, timings, f"bf16 GEMV (N={n}, K={k}, {key[2]})")
     _BEST[key] = best
     return best

@@ -35,3 +35,35 @@ def cuda_graph_ms(fn, inner: int = 20, reps: int = 10) -> float:
         torch.cuda.synchronize()
         ts.append(a.elapsed_time(b) / inner)
     return statistics.median(ts)
+
+
+def fastest_config(configs, run, weights: list, ref: torch.Tensor, timings: dict | None = None,
+                   what: str = "kernel"):
+    """The fastest of ``configs`` for ``run(weights_i, cfg)`` (a kernel launch returning a tensor),
+    timed with :func:`cuda_graph_ms` while rotating over the weight copies ``weights`` (enough of them
+    that L2 holds none, as in a decode step). A configuration whose result differs from ``ref`` by more
+    than 1% (relative L2) or that fails to compile or launch is skipped; ``timings`` (optional dict)
+    receives ``{cfg: ms}`` (NaN for a wrong result). Raises ``RuntimeError`` if none ran. Needs CUDA;
+    call outside graph capture. Used by the GEMV tuners of :mod:`workbench.kernels.gemv` and
+    :mod:`workbench.kernels.w4a16`."""
+    best, best_t = None, float("inf")
+    for cfg in configs:
+        state = [0]
+
+        def call(cfg=cfg, state=state):
+            w = weights[state[0] % len(weights)]
+            state[0] += 1
+            return run(w, cfg)
+
+        try:
+            bad = float((call().float() - ref).norm()) > 1e-2 * float(ref.norm()) + 1e-6
+            t = float("nan") if bad else cuda_graph_ms(call, inner=max(10, 2 * len(weights)), reps=5)
+        except Exception:  # noqa: BLE001, S112 - a configuration that fails to compile or launch is skipped
+            continue
+        if timings is not None:
+            timings[cfg] = t
+        if t < best_t:
+            best, best_t = cfg, t
+    if best is None:
+        raise RuntimeError(f"no {what} configuration ran")
+    return best

@@ -394,44 +394,21 @@ DEFAULT = (16, 1, 4, 4, 2)  # used when a call is captured before its shape was 
 _BEST: dict = {}
 
 
-def _graph_ms(fn, inner: int = 10) -> float:
-    """ms per call of ``fn`` replayed from a CUDA graph of ``inner`` calls (median of 5 replays)."""
-    from workbench.kernels.timing import cuda_graph_ms
-
-    return cuda_graph_ms(fn, inner=inner, reps=5)
-
-
 def tune(x, qw, s, z, group: int, n: int, int_zero: bool = True, configs=None, l2_bytes: float = 128e6,
          timings: dict | None = None):
     """Time every configuration in ``configs`` (default :data:`CONFIGS`) for this shape under CUDA-graph
     replay, with the weights rotated over enough copies (>= ``l2_bytes``) that L2 holds none of them, as
     in a decode step; cache the fastest in :data:`_BEST` under ``(N, K, M)`` and return it. Call outside
     graph capture. ``timings`` (optional dict) receives ``{cfg: ms}``."""
+    from workbench.kernels.timing import fastest_config
+
     key = (n, x.shape[1], x.shape[0])
     if key in _BEST and timings is None:
         return _BEST[key]
     copies = max(1, -(-int(l2_bytes) // qw.nbytes))
     ws = [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
     ref = gemv(x, qw, s, z, group, n, (32, 1, 2, 4, 1), int_zero).float()  # the unsplit path, for a check
-    best, best_t = None, float("inf")
-    for cfg in configs or CONFIGS:
-        state = [0]
-
-        def call(cfg=cfg, state=state):
-            w = ws[state[0] % len(ws)]
-            state[0] += 1
-            return gemv(x, *w, group, n, cfg, int_zero)
-
-        try:
-            bad = float((call().float() - ref).norm()) > 1e-2 * float(ref.norm()) + 1e-6  # a broken variant
-            t = float("nan") if bad else _graph_ms(call, inner=max(10, 2 * len(ws)))
-        except Exception:  # noqa: BLE001, S112 - a configuration that fails to compile or launch is skipped
-            continue
-        if timings is not None:
-            timings[cfg] = t
-        if t < best_t:
-            best, best_t = cfg, t
-    if best is None:
-        raise RuntimeError(f"no W4A16 GEMV configuration ran for N={n}, K={x.shape[1]}, M={x.shape[0]}")
+    best = fastest_config(configs or CONFIGS, lambda w, cfg: gemv(x, *w, group, n, cfg, int_zero), ws, ref,
+                          timings, f"W4A16 GEMV (N={n}, K={x.shape[1]}, M={x.shape[0]})")
     _BEST[key] = best
     return best
