@@ -23,19 +23,6 @@ from workbench.kernels import gemv
 EPS = 1e-6
 
 
-def hf_order(x, w, prologue, nw, residual):
-    """HF's operation order and roundings: norm/activation in x's dtype, matmul accumulated in float32,
-    product rounded, then the residual added (in x's dtype)."""
-    if prologue == "rmsnorm":
-        xf = x.float()
-        x = nw * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
-    elif prologue == "swiglu":
-        k = x.shape[-1] // 2
-        x = torch.nn.functional.silu(x[:, :k]) * x[:, k:]
-    y = (x.float() @ w.float().t()).to(x.dtype)
-    return y if residual is None else residual + y
-
-
 CASES = [(n, k, pro, res, cfg) for n, k in ((48, 96), (40, 100))
          for pro in ("none", "rmsnorm", "swiglu") for res in (False, True)
          for cfg in ((8, 32, 1, 4), (16, 64, 2, 4), (8, 32, 3, 4))]
@@ -50,7 +37,7 @@ def test_gemv_matches_hf_order(n, k, pro, res, cfg):
         nw = (torch.rand(k, generator=g) + 0.5).to(dt)
         r = torch.randn(1, n, generator=g).to(dt) if res else None
         out = gemv.gemv(x, w, pro, nw, EPS, r, cfg)
-        ref = hf_order(x, w, pro, nw, r)
+        ref = gemv.reference(x, w, pro, nw, EPS, r)  # HF's order and roundings
         assert out.dtype == dt and out.shape == (1, n)
         # relative error (norm) within tol: float32 summation order; bf16 a few truncated roundings
         err = float((out.float() - ref.float()).norm() / ref.float().norm())
@@ -62,8 +49,8 @@ def _trunc_bf16(x: torch.Tensor) -> torch.Tensor:
     return (x.float().contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
 
 
-def _hf_order_truncating(x, w, prologue, nw, residual):
-    """:func:`hf_order` with every bf16 rounding done by truncation (the interpreter's rounding)."""
+def _reference_truncating(x, w, prologue, nw, residual):
+    """``gemv.reference`` with every bf16 rounding done by truncation (the interpreter's rounding)."""
     if prologue == "rmsnorm":
         xf = x.float()
         x = _trunc_bf16(nw.float() * _trunc_bf16(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).float())
@@ -89,7 +76,7 @@ def test_gemv_bf16_rounds_where_hf_rounds(pro, cfg):
     nw = (torch.rand(k, generator=g) + 0.5).to(torch.bfloat16)
     for r in (None, torch.randn(1, n, generator=g).to(torch.bfloat16)):
         out = gemv.gemv(x, w, pro, nw, EPS, r, cfg).float()
-        ref = _hf_order_truncating(x, w, pro, nw, r).float()
+        ref = _reference_truncating(x, w, pro, nw, r).float()
         diff = (out - ref).abs()
         assert float((diff == 0).float().mean()) >= 0.95
         assert bool((diff <= ref.abs() * 2.0**-7 + 1e-30).all())
