@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 export HF_HUB_OFFLINE ?= 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup reports test test-fast lint clean-reports
+.PHONY: setup reports test test-fast lint notebooks clean-reports
 
 setup: $(STAMP)
 
@@ -47,7 +47,11 @@ test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m pytest tests -m "not slow and not reference" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check workbench tests benchmarks
+	$(PY) -m ruff check workbench tests benchmarks notebooks/src
+
+# Rebuild every notebooks/*.ipynb (no outputs) from its jupytext source in notebooks/src/.
+notebooks: $(STAMP)
+	$(PY) notebooks/build.py
 
 clean-reports:
 	rm -rf reports

@@ -1,23 +1,31 @@
-"""Generate notebooks/03_pd_disaggregation.ipynb (run: python notebooks/src/03_pd_disaggregation.py)."""
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-CELLS = [
-    ("md", """# 03 · Prefill/decode: timing profile, roofline, and a serving simulator
+# %% [markdown]
+# # 03 · Prefill/decode: timing profile, roofline, and a serving simulator
+#
+# Whether splitting prefill and decode onto separate instances pays off depends on the model, the
+# hardware, the load and the SLOs. This notebook
+#
+# 1. **profiles** the default model on this machine (prefill ms vs tokens, decode ms vs batch) through the
+#    `workbench.engine` runner, against the roofline floors of the hardware measured on the spot, and fits
+#    the cost model `prefill = a + b·tokens + c·ΣL²`, `decode = d + e·batch + f·kv_tokens`;
+# 2. runs a **real continuous-batching loop** on a Poisson workload and sets the simulator's prediction beside it;
+# 3. **projects a 7B-class model on an H200** from the roofline: TTFT/TPOT CDFs and goodput vs request rate
+#    for colocated (vLLM prefill-first), chunked prefill (Sarathi-Serve, arXiv 2403.02310) and
+#    disaggregated P/D (DistServe arXiv 2401.09670, Splitwise arXiv 2311.18677), at equal GPU count.
+#
+# Goodput counts requests meeting *every* SLO, per second (`vllm bench serve --goodput`); capacity is the
+# highest rate at which ≥ 90% of requests meet them (DistServe). Defaults: TTFT ≤ 400 ms, TPOT ≤ 40 ms,
+# DistServe-style chat SLOs for a 7B model.
 
-Whether splitting prefill and decode onto separate instances pays off depends on the model, the
-hardware, the load and the SLOs. This notebook
-
-1. **profiles** the default model on this machine (prefill ms vs tokens, decode ms vs batch) through the
-   `workbench.engine` runner, against the roofline floors of the hardware measured on the spot, and fits
-   the cost model `prefill = a + b·tokens + c·ΣL²`, `decode = d + e·batch + f·kv_tokens`;
-2. runs a **real continuous-batching loop** on a Poisson workload and sets the simulator's prediction beside it;
-3. **projects a 7B-class model on an H200** from the roofline: TTFT/TPOT CDFs and goodput vs request rate
-   for colocated (vLLM prefill-first), chunked prefill (Sarathi-Serve, arXiv 2403.02310) and
-   disaggregated P/D (DistServe arXiv 2401.09670, Splitwise arXiv 2311.18677), at equal GPU count.
-
-Goodput counts requests meeting *every* SLO, per second (`vllm bench serve --goodput`); capacity is the
-highest rate at which ≥ 90% of requests meet them (DistServe). Defaults: TTFT ≤ 400 ms, TPOT ≤ 40 ms,
-DistServe-style chat SLOs for a 7B model."""),
-    ("code", """import os
+# %% tags=["parameters"]
+import os
 
 SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # profiled on this machine
@@ -31,8 +39,10 @@ SLO_TPOT_MS = float(os.getenv("WB_SLO_TPOT_MS", 40))
 RUN_REAL_LOOP = os.getenv("WB_RUN_REAL_LOOP", "1") == "1"
 LOOP_REQUESTS = int(os.getenv("WB_LOOP_REQUESTS", 4 if SMOKE else 24))
 LOOP_RATE = float(os.getenv("WB_LOOP_RATE", 0.3))  # req/s on the CPU
-SEED = int(os.getenv("WB_SEED", 0))""", ["parameters"]),
-    ("code", """import torch
+SEED = int(os.getenv("WB_SEED", 0))
+
+# %%
+import torch
 from IPython.display import display
 
 from workbench.models import load_model
@@ -40,17 +50,31 @@ from workbench.notebook import setup
 from workbench.pd import CostModel, HardwareSpec, ModelSpec, plots
 from workbench.pd.loop import CPUClock, compare_to_sim, run_serving, sim_config_for
 from workbench.pd.profile import ProfileConfig, make_runner, run_profile, with_floors
+from workbench.pd.sim import (
+    SLO,
+    LengthDist,
+    SimConfig,
+    WorkloadConfig,
+    deployment_grid,
+    first_win_rate,
+    generate_workload,
+    select_deployments,
+    slo_capacity,
+    sweep_grid,
+)
 from workbench.pd.widgets import policy_explorer
-from workbench.pd.sim import SLO, LengthDist, SimConfig, WorkloadConfig, deployment_grid, first_win_rate
-from workbench.pd.sim import generate_workload, select_deployments, slo_capacity, sweep_grid
 
 setup()
-torch.set_num_threads(1)"""),
-    ("md", """## 1 · Profile on this machine
+torch.set_num_threads(1)
 
-Memory bandwidth and matmul rate are measured now (`HardwareSpec.measure`). Step times are CPU time of this
-process (`CPUClock`), so other jobs on a shared machine do not inflate them."""),
-    ("code", """model, tok = load_model(MODEL)
+# %% [markdown]
+# ## 1 · Profile on this machine
+#
+# Memory bandwidth and matmul rate are measured now (`HardwareSpec.measure`). Step times are CPU time of this
+# process (`CPUClock`), so other jobs on a shared machine do not inflate them.
+
+# %%
+model, tok = load_model(MODEL)
 hw_here = HardwareSpec.measure("cpu", copy_mb=16 if SMOKE else 64)
 spec_here = ModelSpec.from_hf_config(model.config, name=MODEL,
                                      bytes_per_param=next(model.parameters()).element_size(),
@@ -62,28 +86,40 @@ clock = CPUClock()
 profile = with_floors(run_profile(runner, pcfg, clock=clock), spec_here, hw_here)
 cost_here = CostModel.fit(profile)
 print(hw_here.name, f"{hw_here.hbm_gbs:.1f} GB/s, {hw_here.bf16_flops / 1e9:.1f} GFLOP/s")
-print(cost_here)"""),
-    ("code", """plots.plot_prefill_profile(profile, cost_here, title=f"{MODEL} prefill on {hw_here.name}").show()
-plots.plot_decode_profile(profile, cost_here, title=f"{MODEL} decode on {hw_here.name}").show()"""),
-    ("code", """cost_here.residuals(profile)[["phase", "batch", "seq_len", "ms", "pred_ms", "rel_err", "floor_ms"]].round(3)"""),
-    ("md", """## 2 · Real loop vs simulator
+print(cost_here)
 
-Continuous batching, prefill first, on the same runner; a Poisson workload with fixed prompts. The simulator
-gets the fitted profile and the same arrivals and lengths. Error = sim / real − 1."""),
-    ("code", """if RUN_REAL_LOOP:
+# %%
+plots.plot_prefill_profile(profile, cost_here, title=f"{MODEL} prefill on {hw_here.name}").show()
+plots.plot_decode_profile(profile, cost_here, title=f"{MODEL} decode on {hw_here.name}").show()
+
+# %%
+cost_here.residuals(profile)[["phase", "batch", "seq_len", "ms", "pred_ms", "rel_err", "floor_ms"]].round(3)
+
+# %% [markdown]
+# ## 2 · Real loop vs simulator
+#
+# Continuous batching, prefill first, on the same runner; a Poisson workload with fixed prompts. The simulator
+# gets the fitted profile and the same arrivals and lengths. Error = sim / real − 1.
+
+# %%
+if RUN_REAL_LOOP:
     wl_real = generate_workload(WorkloadConfig(
         n_requests=LOOP_REQUESTS, rate=LOOP_RATE, prompt=LengthDist("fixed", 32 if SMOKE else 64),
         output=LengthDist("uniform", low=4, high=8 if SMOKE else 24), seed=SEED))
     real = run_serving(runner, wl_real, max_prefill_batch=2, clock=clock, sleep=clock.sleep)
     cmp = compare_to_sim(real, wl_real, cost_here, sim_config_for(runner, max_prefill_batch=2))
     plots.plot_sim_vs_real(cmp, title=f"{MODEL}: simulator vs real loop ({len(real)} requests)").show()
-    display(cmp.round(2))"""),
-    ("md", """## 3 · Projection: a 7B-class model on an H200, from the roofline
+    display(cmp.round(2))
 
-Costs are the roofline lower bounds (`CostModel.from_roofline`; peak FLOP/s and HBM bandwidth from the
-datasheet), KV capacity = 90% of memory minus weights. Deployments are compared at equal GPU count:
-colocated ×N and chunked ×N against disaggregated N_p P + N_d D with N = N_p + N_d."""),
-    ("code", """spec7b, hw = ModelSpec.from_name(PRESET_MODEL), HardwareSpec.from_name(PRESET_HW)
+# %% [markdown]
+# ## 3 · Projection: a 7B-class model on an H200, from the roofline
+#
+# Costs are the roofline lower bounds (`CostModel.from_roofline`; peak FLOP/s and HBM bandwidth from the
+# datasheet), KV capacity = 90% of memory minus weights. Deployments are compared at equal GPU count:
+# colocated ×N and chunked ×N against disaggregated N_p P + N_d D with N = N_p + N_d.
+
+# %%
+spec7b, hw = ModelSpec.from_name(PRESET_MODEL), HardwareSpec.from_name(PRESET_HW)
 cost7b = CostModel.from_roofline(spec7b, hw)
 slo = SLO(ttft_ms=SLO_TTFT_MS, tpot_ms=SLO_TPOT_MS)
 base = SimConfig.for_hardware(spec7b, hw)
@@ -96,32 +132,35 @@ workloads = {
 }
 if SMOKE:
     workloads = dict(list(workloads.items())[:1])
-print(cost7b.source, f"| KV capacity {base.kv_capacity_tokens:,} tokens per GPU")"""),
-    ("code", """grid = deployment_grid(base, splits=((1, 1),) if SMOKE else ((1, 1), (1, 2), (2, 1), (1, 3)),
+print(cost7b.source, f"| KV capacity {base.kv_capacity_tokens:,} tokens per GPU")
+
+# %%
+grid = deployment_grid(base, splits=((1, 1),) if SMOKE else ((1, 1), (1, 2), (2, 1), (1, 3)),
                        chunk_budgets=(512,) if SMOKE else (256, 512, 2048),
                        link_gbs=(None,) if SMOKE else (25.0, base.link_gbs))
 quantiles, summary = sweep_grid(workloads, grid, cost7b, RATES, slo)
-print(f"{len(summary)} simulated points, {len(grid)} deployments")"""),
-    ("code", """w0, r0 = next(iter(workloads)), RATES[len(RATES) // 2]
+print(f"{len(summary)} simulated points, {len(grid)} deployments")
+
+# %%
+w0, r0 = next(iter(workloads)), RATES[len(RATES) // 2]
 sel = select_deployments(summary[summary["workload"] == w0], 1, 1, 512, base.link_gbs)
 plots.plot_goodput(sel, title=f"{spec7b.name} on {hw.name}, {w0}: goodput at TTFT<={SLO_TTFT_MS:g} ms, "
                    f"TPOT<={SLO_TPOT_MS:g} ms").show()
 q_sel = select_deployments(quantiles[(quantiles["workload"] == w0) & (quantiles["rate"] == r0)],
                            1, 1, 512, base.link_gbs)
-plots.plot_cdfs(q_sel, by="label", slo=slo, title=f"CDFs at {r0:g} req/s, 2 GPUs").show()"""),
-    ("code", """cols = ["label", "rate", "goodput_rps", "slo_attainment", "p99_ttft_ms", "p99_tpot_ms", "preemptions"]
+plots.plot_cdfs(q_sel, by="label", slo=slo, title=f"CDFs at {r0:g} req/s, 2 GPUs").show()
+
+# %%
+cols = ["label", "rate", "goodput_rps", "slo_attainment", "p99_ttft_ms", "p99_tpot_ms", "preemptions"]
 win = first_win_rate(sel, "colocated x2", f"disaggregated 1P+1D link {base.link_gbs:g}")
 print("disaggregated 1P+1D beats colocated x2 (>= 90% SLO attainment) from", win or "never", "req/s")
 display(slo_capacity(summary[summary["workload"] == w0]))
-sel[cols].sort_values(["rate", "label"]).round(2)"""),
-    ("md", """### Sliders
+sel[cols].sort_values(["rate", "label"]).round(2)
 
-Every setting is simulated above; the sliders only filter the grid (`continuous_update=False`)."""),
-    ("code", """display(policy_explorer(summary, quantiles, slo, rate=r0, link_gbs=base.link_gbs))"""),
-]
+# %% [markdown]
+# ### Sliders
+#
+# Every setting is simulated above; the sliders only filter the grid (`continuous_update=False`).
 
-
-if __name__ == "__main__":
-    from nbbuild import write
-
-    write(CELLS, "03_pd_disaggregation.ipynb")
+# %%
+display(policy_explorer(summary, quantiles, slo, rate=r0, link_gbs=base.link_gbs))
