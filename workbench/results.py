@@ -381,12 +381,12 @@ def save_results(df: pd.DataFrame, name: str, provenance: dict | None = None, ro
     prov = _complete(provenance)
     rid = prov["run_id"]
     out = df.copy()
-    new = out["run_id"].isna() if "run_id" in out else pd.Series(True, index=out.index)
-    out.loc[new, "run_id"] = rid
-    for col, value in identity(prov).items():
+    for col in ("run_id", *IDENTITY_COLUMNS):
         if col not in out:
             out[col] = pd.Series(pd.NA, index=out.index, dtype=object)
-        out.loc[new & out[col].isna(), col] = value
+    new = out["run_id"].isna()
+    for col, value in {"run_id": rid, **identity(prov)}.items():
+        out[col] = out[col].where(~(new & out[col].isna()), value)
     with _locked(root):
         _, runs = _read(root, name)
         unknown = sorted(set(out["run_id"]) - set(runs) - {rid})
