@@ -2,9 +2,10 @@
 
 Layout, for a store ``name`` under ``root`` (``$WORKBENCH_RESULTS`` or ``data/results`` under the project):
 
-- ``<name>.parquet``: the rows. Every row carries ``run_id`` (the run that computed it); rows written by
-  :func:`sweep` also carry the point's key columns (below). The file's key-value metadata
-  (``workbench.results``) holds the whole run history, so the parquet alone is self-describing.
+- ``<name>.parquet``: the rows. Every row carries ``run_id`` (the run that computed it) and the
+  identity columns :data:`IDENTITY_COLUMNS`; rows written by :func:`sweep` also carry ``point_key``
+  and ``config_key`` (below). The file's key-value metadata (``workbench.results``) holds the whole
+  run history, so the parquet alone is self-describing.
 - ``<name>.json``: the same run history for people (``"runs"``: one provenance record per run, each
   with its ``run_id``), plus, at the top level, the record of the run that last wrote the store.
   It states no row counts: count rows in the parquet.
@@ -16,10 +17,15 @@ the ``weights_digest`` that :func:`collect_provenance` adds), ``data_key`` (dige
 ``provenance["data"]``), ``device_name`` and ``workbench_version``. A point is skipped only when its
 ``point_key`` is already stored; a point computed on other weights, data, device or workbench version
 is recomputed and both rows are kept. :func:`load_results` with ``provenance=`` (or :func:`select`)
-returns the rows of one identity.
+returns the rows of one identity::
 
-Run history. Every call of :func:`sweep` or :func:`save_results` adds (or, for the same ``run_id``,
-updates) a run record: the provenance of :func:`collect_provenance` plus ``wall_time_s`` (start to
+    prov = collect_provenance(model, seed=0, data={"mmlu_test": data_digest(questions)})
+    grid = sweep("mmlu_shots", configs, fn, provenance=prov)      # this model's rows of these configs
+    mine = load_results("mmlu_shots", provenance=prov)              # every config, this model and data
+    same_model = load_results("mmlu_shots", provenance=prov, on=("model_key",))
+
+Run history. Every call of :func:`save_results`, and every :func:`sweep` that stores a point, adds
+(or, for a ``run_id`` already there, updates) a run record: the provenance of :func:`collect_provenance` plus ``wall_time_s`` (start to
 the run's latest save) and ``keys`` (its identity columns). Records are never dropped, so a row points
 at the run that computed it even after later runs resumed the store.
 
@@ -426,7 +432,8 @@ def sweep(name: str, configs: Iterable[Any], fn: Callable[[Any], pd.DataFrame | 
     and a sweep on other weights or data recomputes every point and keeps the old rows beside the new.
     ``fn`` returns a DataFrame (one or more rows) or a dict (one row), without the columns in
     :data:`STORE_COLUMNS`, which the store adds; a point that returns no rows is not recorded and
-    runs again next time.
+    runs again next time. Configs with equal keys run once; a point that a concurrent writer stored
+    while ``fn`` ran is not stored twice.
 
     Returns the rows of the requested points under this identity (earlier runs' rows included), in
     config order; :func:`load_results` gives every row. Raises ValueError for an unusable name or a
