@@ -105,6 +105,15 @@ def test_weights_digest_tells_models_apart(tmp_path):
     assert calls == [8, 8]
 
 
+def test_pairs_of_models_are_keyed_by_both():
+    torch.manual_seed(0)
+    t, d1, d2 = (torch.nn.Linear(8, 8) for _ in range(3))
+    keys = [results.identity(collect_provenance({"target": t, "draft": d}))["model_key"] for d in (d1, d2, d1)]
+    assert keys[0] == keys[2] != keys[1]
+    with pytest.raises(TypeError, match="model= must be a torch.nn.Module"):
+        collect_provenance(object())  # e.g. an engine: its points could not be told apart
+
+
 def test_data_digest_is_content():
     df = pd.DataFrame({"question": ["q1", "q2"], "answer": [0, 3]})
     assert results.data_digest(df) == results.data_digest(df.copy().set_index("answer", drop=False))

@@ -53,7 +53,7 @@ import secrets
 import subprocess
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -99,6 +99,8 @@ def _device_name(model=None) -> str:
     import torch
 
     dev = None
+    if isinstance(model, Mapping):  # {"target": ..., "draft": ...}: the first model's device
+        model = next(iter(model.values()), None)
     if model is not None:
         try:
             dev = next(model.parameters()).device
@@ -181,25 +183,39 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _model_provenance(model) -> dict:
+    from workbench.models import provenance_of
+
+    if isinstance(model, Mapping):
+        return {str(k): _model_provenance(m) for k, m in model.items()}
+    prov, digest = provenance_of(model), weights_digest(model)
+    if not prov and digest is None:
+        raise TypeError(f"model= must be a torch.nn.Module or a dict of them (e.g. {{'target': t, 'draft': d}}); "
+                        f"a {type(model).__name__} has neither workbench provenance nor a state_dict, so points "
+                        "computed on it could not be told apart from another model's")
+    return {**prov, "weights_digest": digest}
+
+
 def collect_provenance(model=None, seed: int | None = None, config: Any = None, **extra) -> dict:
     """Provenance of one run (DESIGN.md "Provenance").
 
     Fields: ``run_id`` (new for each call), ``model`` (``workbench.models.provenance_of(model)``:
     source, model id or path, revision or sha256, dtype; plus ``weights_digest``, see
-    :func:`weights_digest`; ``None`` without a model), ``config``, ``device``, ``torch`` /
+    :func:`weights_digest`; for a dict of models, e.g. ``{"target": t, "draft": d}``, one such entry
+    per name; ``None`` without a model), ``config``, ``device``, ``torch`` /
     ``transformers`` / ``workbench`` versions, ``git_commit`` (``+dirty`` with uncommitted changes),
     ``seed``, ``start_time`` (UTC ISO 8601), ``host_cores``, ``torch_threads`` and the ``extra``
     keywords, e.g. ``data={...}``: the data's identity, part of every point's key in :func:`sweep`
     (names, splits, sizes, and :func:`data_digest` of what was actually used).
+
+    Raises TypeError for a ``model`` that is neither a module with a state dict nor carries workbench
+    provenance (an engine or a wrapper: pass the model it was built from).
     """
     import torch
 
     import workbench
-    from workbench.models import provenance_of
 
-    model_prov = None
-    if model is not None:
-        model_prov = {**provenance_of(model), "weights_digest": weights_digest(model)}
+    model_prov = None if model is None else _model_provenance(model)
     prov = {
         "run_id": datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3),
         "model": _jsonable(model_prov),
@@ -225,10 +241,12 @@ def identity(provenance: dict) -> dict:
     :data:`VOLATILE_MODEL_FIELDS`, and of ``provenance["data"]``), ``device_name``, ``workbench_version``."""
     import workbench
 
-    model = provenance.get("model")
-    if isinstance(model, dict):
-        model = {k: v for k, v in model.items() if k not in VOLATILE_MODEL_FIELDS}
-    return {"model_key": _digest(model), "data_key": _digest(provenance.get("data")),
+    def stable(x):
+        if isinstance(x, dict):
+            return {k: stable(v) for k, v in x.items() if k not in VOLATILE_MODEL_FIELDS}
+        return x
+
+    return {"model_key": _digest(stable(provenance.get("model"))), "data_key": _digest(provenance.get("data")),
             "device_name": str(provenance.get("device") or _device_name()),
             "workbench_version": str(provenance.get("workbench") or workbench.__version__)}
 
