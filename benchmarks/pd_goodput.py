@@ -8,6 +8,10 @@ Rates are swept per GPU (total rate = per-GPU rate x GPUs). Goodput as ``vllm be
 capacity as DistServe: the highest rate with >= 90% of requests meeting every SLO.
 
     python benchmarks/pd_goodput.py [--profile /path/profiles.csv] [--n 20000]
+
+Every simulated point (costs, GPU count, rate, deployment) is saved in the results store
+(``pd_goodput_<model>_<hw>``) as it finishes; a re-run skips the points already there and recomputes
+those whose workload, deployment, cost model or SLOs changed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from workbench.pd.sim import (
     simulate,
     slo_capacity,
 )
+from workbench.results import collect_provenance, data_digest, sweep
 
 
 def deployments(spec, hw) -> dict:
@@ -71,20 +76,30 @@ def main() -> None:
     print(f"{spec.name} on {hw.name}; KV capacity {SimConfig.for_hardware(spec, hw).kv_capacity_tokens:,} "
           f"tokens/GPU; Poisson arrivals; prompt lognormal(median 512, sigma 0.8, 16..4096), output "
           f"lognormal(median 128, sigma 0.8, 2..2048); {args.n} requests per point")
+    prov = collect_provenance(config={k: str(v) for k, v in vars(args).items()},
+                              data={"profile": data_digest(prof) if args.profile else None})
+    grid, workloads = deployments(spec, hw), {}  # workloads: total rate -> requests, generated once per rate
+
+    def point(c: dict) -> pd.DataFrame:
+        rate = c["per_gpu_rate"] * c["n_gpus"]
+        if rate not in workloads:
+            workloads[rate] = generate_workload(replace(wl, rate=rate))
+        df = simulate(workloads[rate], grid[c["n_gpus"]][c["label"]], costs[c["costs"]])
+        rows = []
+        for slo in slos:
+            s = summarize(df, slo)
+            s["label"], s["rate"], s["per_gpu_rate"], s["n_gpus"] = c["label"], rate, c["per_gpu_rate"], c["n_gpus"]
+            s["slo"] = f"TTFT<={slo.ttft_ms:g} ms, TPOT<={slo.tpot_ms:g} ms"
+            rows.append(s)
+        return pd.concat(rows, ignore_index=True)
+
     for cname, cost in costs.items():
         print(f"\n=== costs: {cname}: {cost}")
-        for n_gpu, deps in deployments(spec, hw).items():
-            rows = []
-            for pg in args.per_gpu_rates:
-                w = generate_workload(replace(wl, rate=float(pg) * n_gpu))
-                for label, cfg in deps.items():
-                    df = simulate(w, cfg, cost)
-                    for slo in slos:
-                        s = summarize(df, slo)
-                        s["label"], s["rate"], s["per_gpu_rate"], s["n_gpus"] = label, pg * n_gpu, pg, n_gpu
-                        s["slo"] = f"TTFT<={slo.ttft_ms:g} ms, TPOT<={slo.tpot_ms:g} ms"
-                        rows.append(s)
-            res_all = pd.concat(rows, ignore_index=True)
+        for n_gpu, deps in grid.items():
+            points = [{"costs": cname, "cost": cost.as_dict(), "n_gpus": n_gpu, "per_gpu_rate": float(pg),
+                       "label": label, "deployment": cfg, "workload": wl, "slos": slos}
+                      for pg in args.per_gpu_rates for label, cfg in deps.items()]
+            res_all = sweep(f"pd_goodput_{args.model}_{args.hw}", points, point, provenance=prov)
             for slo_name, res in res_all.groupby("slo", sort=False):
                 print(f"\n--- {n_gpu} GPUs, SLO {slo_name}: goodput req/s (rows: per-GPU rate)")
                 print(res.pivot(index="per_gpu_rate", columns="label", values="goodput_rps").round(1).to_string())

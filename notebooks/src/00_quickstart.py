@@ -15,7 +15,7 @@
 # choice questions (with answers) about {subject}."*, dev-split exemplars, and the answer letter
 # chosen by log-likelihood, exactly as lm-eval's `mmlu` task does (the tests check it question by
 # question). Every point is saved under `data/results/` with its provenance; re-running skips the
-# points already there.
+# points already there for the same weights and questions (other weights or questions are scored anew).
 
 # %% tags=["parameters"]
 import os
@@ -72,7 +72,9 @@ questions = sample_mmlu(test, N_PER_SUBJECT, seed=SEED)
 name = f"quickstart_mmlu_{MODEL.replace('/', '_')}_{len(questions)}q"
 configs = [{"model": MODEL, "n_shot": k, "n_per_subject": N_PER_SUBJECT, "subjects": SUBJECTS, "seed": SEED}
            for k in SHOTS]
-prov = results.collect_provenance(model, seed=SEED, config={"shots": SHOTS, "n_questions": len(questions)})
+data = {"mmlu_test": results.data_digest(questions), "mmlu_dev": results.data_digest(dev)}  # part of each key
+prov = results.collect_provenance(model, seed=SEED, config={"shots": SHOTS, "n_questions": len(questions)},
+                                  data=data)
 per_q = results.sweep(name, configs, lambda c: run_mmlu(model, tok, questions, dev, c["n_shot"], BATCH_SIZE),
                       provenance=prov)
 summary = summarize_mmlu(per_q[per_q["n_shot"].isin(SHOTS)])

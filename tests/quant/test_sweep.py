@@ -34,3 +34,25 @@ def test_sweep_rows_and_resume(tiny, tmp_path, monkeypatch):
     df2 = run_quant_sweep(tiny, CharTok(), configs + [QuantConfig(bits=4, group_size=32)], text=TEXT, n_tokens=256,
                           seq_len=64, name="qs", root=tmp_path, progress=False)
     assert calls == [QuantConfig(bits=4, group_size=32)] and len(df2) == 4
+
+
+def test_sweep_on_other_text_or_weights_recomputes(tiny, tmp_path, monkeypatch):
+    """The point key holds the evaluation data and the weights: the old store reused both points here."""
+    import copy
+
+    import torch
+
+    retrained = copy.deepcopy(tiny)
+    with torch.no_grad():
+        for w in retrained.parameters():
+            w.mul_(1.01)
+    calls = []
+    real = sw.run_quant_point
+    monkeypatch.setattr(sw, "run_quant_point", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    kw = {"n_tokens": 128, "seq_len": 64, "name": "qs", "root": tmp_path, "progress": False, "include_fp": False}
+    cfg = [QuantConfig(bits=4, group_size=32)]
+    run_quant_sweep(tiny, CharTok(), cfg, text=TEXT, **kw)
+    run_quant_sweep(tiny, CharTok(), cfg, text=TEXT, **kw)  # same model and text: resumed, nothing runs
+    other = run_quant_sweep(tiny, CharTok(), cfg, text=TEXT.upper(), **kw)
+    run_quant_sweep(retrained, CharTok(), cfg, text=TEXT, **kw)
+    assert calls == cfg * 3 and len(other) == 1

@@ -81,8 +81,9 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
             point to it and a re-run skips the points already stored (resume after interruption).
 
     Returns:
-        DataFrame, one row per point (see :func:`run_quant_point`); when ``name`` is given, all rows
-        stored under it (including earlier runs' points).
+        DataFrame, one row per point (see :func:`run_quant_point`); when ``name`` is given, the stored
+        rows of these points for this model and evaluation data (earlier runs' rows included; rows of
+        other weights or data stay in the store, see :func:`workbench.results.sweep`).
     """
     from workbench.eval.fidelity import eval_windows
 
@@ -121,9 +122,12 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
 
     if name is None:
         return pd.concat([fn_key(k) for k in keys], ignore_index=True)
-    from workbench.results import collect_provenance, sweep
+    from workbench.results import collect_provenance, data_digest, sweep
 
-    prov = collect_provenance(model=model, config={"configs": keys}, n_tokens=n_tokens, seq_len=seq_len)
+    data = {"eval_windows": data_digest(windows), "calib": None if calib is None else data_digest(calib),
+            "mmlu_test": None if questions is None else data_digest(questions),
+            "mmlu_dev": None if dev is None else data_digest(dev)}
+    prov = collect_provenance(model=model, config={"configs": keys}, n_tokens=n_tokens, seq_len=seq_len, data=data)
     return sweep(name, keys, fn_key, provenance=prov, root=root, progress=progress)
 
 
