@@ -26,7 +26,8 @@ from workbench.spec.config import SpecConfig
 from workbench.spec.generate import autoregressive_generate, speculative_generate
 from workbench.spec.theory import expected_tokens_per_step, speedup
 
-__all__ = ["has_synthetic_acceptance", "latency_row", "run_batch1", "spec_config", "step_ms"]
+__all__ = ["has_synthetic_acceptance", "latency_row", "measure_acceptance", "run_batch1", "spec_config", "step_ms",
+           "step_times"]
 
 
 def has_synthetic_acceptance() -> bool:
@@ -47,26 +48,35 @@ def latency_row(ttft_s: float, e2e_s: float, n_out: int) -> dict:
             "decode_tok_s": 1.0 / tpot if tpot > 0 else float("nan"), "n_out": n_out}
 
 
-def step_ms(engine, t: int, context: int, repeats: int = 3, clock=time.perf_counter) -> float:
-    """Median time (ms) of one ``t``-token step of slot 0 after ``context`` cached tokens (random
-    ids; the slot is rolled back after each step). ``t = 1`` is a decode step, ``t = k + 1`` a verify."""
+def step_times(engine, ts, context: int, repeats: int = 3, clock=time.perf_counter) -> dict:
+    """Median time (ms) of one ``t``-token step of slot 0 after ``context`` cached tokens, for each
+    ``t`` in ``ts`` (random ids; the context is prefilled once and the slot rolled back after each step).
+    ``t = 1`` is a decode step, ``t = k + 1`` a verify step. Returns ``{t: ms}``."""
     runner = engine.runner(0)
     g = torch.Generator().manual_seed(0)
     runner.reset()
     if context:
         runner.extend(torch.randint(0, engine.vocab_size, (context,), generator=g))
-    tok = torch.randint(0, engine.vocab_size, (t,), generator=g)
-    runner.extend(tok)  # warm-up (captures the CUDA graph of this step shape)
-    runner.truncate(context)
-    ts = []
-    for _ in range(repeats):
-        runner.synchronize()
-        t0 = clock()
-        runner.extend(tok).argmax(-1).tolist()
-        runner.synchronize()
-        ts.append(1e3 * (clock() - t0))
+    out = {}
+    for t in ts:
+        tok = torch.randint(0, engine.vocab_size, (t,), generator=g)
+        runner.extend(tok)  # warm-up (captures the CUDA graph of this step shape)
         runner.truncate(context)
-    return statistics.median(ts)
+        times = []
+        for _ in range(repeats):
+            runner.synchronize()
+            t0 = clock()
+            runner.extend(tok).argmax(-1).tolist()
+            runner.synchronize()
+            times.append(1e3 * (clock() - t0))
+            runner.truncate(context)
+        out[t] = statistics.median(times)
+    return out
+
+
+def step_ms(engine, t: int, context: int, repeats: int = 3, clock=time.perf_counter) -> float:
+    """Median time (ms) of one ``t``-token step after ``context`` cached tokens (:func:`step_times`)."""
+    return step_times(engine, [t], context, repeats, clock)[t]
 
 
 def _plain(engine, prompt: list[int], gen_len: int, clock) -> dict:
@@ -95,8 +105,8 @@ def _median_row(rows: list[dict]) -> dict:
 def _theory_row(target, draft, plain: dict, prompt_len: int, k: int, alpha: float, clock) -> dict:
     """Speculative latency predicted from measured step times (no synthetic loop installed)."""
     ctx = prompt_len + plain["n_out"] // 2
-    t_ms, d_ms = step_ms(target, 1, ctx, clock=clock), step_ms(draft, 1, ctx, clock=clock)
-    v_ms = step_ms(target, k + 1, ctx, clock=clock)
+    tt = step_times(target, [1, k + 1], ctx, clock=clock)
+    t_ms, v_ms, d_ms = tt[1], tt[k + 1], step_ms(draft, 1, ctx, clock=clock)
     tau = float(expected_tokens_per_step(alpha, k))
     tpot = (k * d_ms + v_ms) / tau
     ttft = plain["ttft_ms"] + k * d_ms + v_ms - t_ms  # the first step replaces the plain first decode
@@ -139,3 +149,17 @@ median run's output ids. Raises ValueError for an empty prompt.
     return row | {"plain_tpot_ms": plain["tpot_ms"], "c": c, "verify_cost": vc, "spec_timing": timing,
                   "speedup_theory": float(speedup(a, k, c, vc)),
                   "acceptance": "real" if alpha is None else f"synthetic alpha={alpha:g}"}
+
+
+def measure_acceptance(target, draft, prompts, *, k: int = 4, gen_len: int = 32, clock=time.perf_counter) -> dict:
+    """Pooled acceptance of ``draft`` for ``target`` (Engines over one vocabulary), greedy, over
+    ``prompts`` (lists of token ids): ``alpha`` (accepted / tested drafts), ``tau`` (bonus included),
+    ``n_steps``, ``n_prompts``, ``k`` (SpecDecodingStats of every run merged)."""
+    from workbench.spec.metrics import SpecDecodingStats
+
+    stats = SpecDecodingStats()
+    cfg = spec_config(k, gen_len, None)
+    for p in prompts:
+        r = speculative_generate(target.runner(0), draft.runner(0), list(p), config=cfg, clock=clock)
+        stats = stats.merge(r.stats)
+    return {"alpha": stats.alpha, "tau": stats.tau, "n_steps": stats.num_drafts, "n_prompts": len(prompts), "k": k}

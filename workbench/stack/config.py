@@ -51,6 +51,7 @@ class StackConfig:
     draft: str = "int4"  # workbench.spec.make_draft name or model id; for a random target, a label
     quant_method: str = "rtn"  # W4A16 weights: rtn (the engine's RTN) | awq | gptq (through workbench.quant)
     group_size: int = 128  # W4A16 group size; must divide every in_features (64 for SmolLM2's 576)
+    quantize_draft: bool = False  # W4A16 combinations quantize the draft too (default: the draft stays as built)
     k: int = 4  # draft tokens per step (vLLM num_speculative_tokens)
     alpha: float | None = None  # what-if acceptance (acceptance="synthetic"); None = real drafts, real acceptance
     prompt_len: int = 64  # tokens of the fixed request's prompt

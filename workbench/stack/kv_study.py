@@ -24,7 +24,7 @@ from workbench.engine import Engine
 from workbench.eval.fidelity import token_metrics
 from workbench.stats import binomial_ci
 
-__all__ = ["KVStudyConfig", "by_bucket", "kv_speed", "run_kv_window"]
+__all__ = ["KVStudyConfig", "by_bucket", "kv_speed", "run_kv_study", "run_kv_window"]
 
 
 @dataclass(frozen=True)
@@ -161,3 +161,31 @@ def kv_speed(per_position: pd.DataFrame) -> pd.DataFrame:
     g["kv_saved_mb"] = g["ref_kv_mb"] - g["kv_mb"]
     return g[["kv_dtype", "context", "decode_ms", "ref_decode_ms", "slowdown", "kv_bytes_per_token", "kv_mb",
               "ref_kv_mb", "kv_saved_mb"]]
+
+
+def run_kv_study(model, tok, config: KVStudyConfig, *, text: str | None = None, device=None, dtype=None,
+                 clock=time.perf_counter, name: str | None = None, root=None, progress: bool = False) -> pd.DataFrame:
+    """:func:`run_kv_window` on ``config.n_windows`` windows of ``config.context`` tokens of ``text``
+    (default WikiText-2 test), one point per window; with ``name``, each finished window is stored
+    through :func:`workbench.results.sweep` and a re-run resumes. Returns the per-position rows."""
+    from dataclasses import asdict
+
+    from workbench.eval.fidelity import eval_windows
+
+    if text is None:
+        from workbench.data import load_text
+
+        text = load_text("wikitext-2", "test")
+    windows = eval_windows(tok, text, config.context * config.n_windows, config.context)
+    keys = [{"window": i, **asdict(config)} for i in range(windows.shape[0])]
+
+    def fn(key: dict) -> pd.DataFrame:
+        return run_kv_window(model, windows[key["window"]], config, window_id=key["window"], device=device,
+                             dtype=dtype, clock=clock)
+
+    if name is None:
+        return pd.concat([fn(k) for k in keys], ignore_index=True)
+    from workbench.results import collect_provenance, data_digest, sweep
+
+    prov = collect_provenance(model, config=asdict(config), data={"windows": data_digest(windows)})
+    return sweep(name, keys, fn, provenance=prov, root=root, progress=progress)

@@ -1,6 +1,7 @@
 """One measured point of the stacked study: a (precision, speculative) pair on the study device.
 
-A point builds its engines (target, and the draft when speculative) in its precision, runs the fixed
+A point builds its engines (the target in its precision, and the draft when speculative: in the base
+precision, or also W4A16 with ``StackConfig.quantize_draft``), runs the fixed
 request at batch 1 (:func:`workbench.stack.batch1.run_batch1`), records peak memory, and profiles the
 engines for the simulator: the target's prefill and decode lines (plain points), or the draft's lines,
 the target's verify line (``k + 1``-token steps) and the batch-1 verify step of every what-if ``k``
@@ -15,7 +16,7 @@ import time
 
 import torch
 
-from workbench.stack.batch1 import run_batch1, step_ms
+from workbench.stack.batch1 import run_batch1, step_ms, step_times
 from workbench.stack.config import StackConfig
 from workbench.stack.engines import MemoryProbe, build_engine, footprint_bytes, resized
 from workbench.stack.serving import cost_to_row, fit_line, profile_costs, profile_verify
@@ -23,8 +24,8 @@ from workbench.stack.serving import cost_to_row, fit_line, profile_costs, profil
 __all__ = ["POINT_FIELDS", "point_configs", "run_point"]
 
 # StackConfig fields a measured point depends on (its key in the results store)
-POINT_FIELDS = ("target", "draft", "quant_method", "group_size", "k", "alpha", "prompt_len", "gen_len", "repeats",
-                "profile", "whatif_ks", "seed")
+POINT_FIELDS = ("target", "draft", "quant_method", "group_size", "quantize_draft", "k", "alpha", "prompt_len",
+                "gen_len", "repeats", "profile", "whatif_ks", "seed")
 
 
 def point_configs(cfg: StackConfig, device: str, dtype: str) -> list[dict]:
@@ -39,7 +40,7 @@ def _engines(target, draft, cfg: StackConfig, quantized: bool, speculative: bool
     kw = {"quant_method": cfg.quant_method, "group_size": cfg.group_size, "max_batch": 1,
           "max_seq": cfg.max_seq, "device": device, "dtype": dtype, "seed": cfg.seed}
     t = build_engine(target, quantized, **kw)
-    d = build_engine(draft, quantized, **(kw | {"seed": cfg.seed + 1})) if speculative else None
+    d = build_engine(draft, quantized and cfg.quantize_draft, **(kw | {"seed": cfg.seed + 1})) if speculative else None
     return t, d
 
 
@@ -55,9 +56,10 @@ def _profile(t_eng, d_eng, cfg: StackConfig, clock) -> dict:
     ver = profile_verify(big, cfg.k, pc.decode_batches, pc.context_lens, pc.repeats, clock)
     out |= dict(zip(("verify_v0", "verify_v1", "verify_v2"), fit_line(ver)))
     ctx = cfg.prompt_len + cfg.gen_len // 2
-    for k in sorted(set(cfg.whatif_ks) | {cfg.k}):
-        out[f"verify_ms_k{k}"] = step_ms(t_eng, k + 1, ctx, repeats=pc.repeats, clock=clock)
-    out["target_step_ms_whatif"] = step_ms(t_eng, 1, ctx, repeats=pc.repeats, clock=clock)
+    ks = sorted(set(cfg.whatif_ks) | {cfg.k})
+    tt = step_times(t_eng, [1] + [k + 1 for k in ks], ctx, repeats=pc.repeats, clock=clock)
+    out |= {f"verify_ms_k{k}": tt[k + 1] for k in ks}
+    out["target_step_ms_whatif"] = tt[1]
     out["draft_step_ms_whatif"] = step_ms(d_eng, 1, ctx, repeats=pc.repeats, clock=clock)
     return out
 

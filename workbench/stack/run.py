@@ -32,14 +32,21 @@ from workbench.stack.load import (
 from workbench.stack.points import point_configs, run_point
 from workbench.stack.table import multiplicativity, stack_table, whatif_batch1
 
-__all__ = ["StackResult", "run_stack"]
+__all__ = ["StackResult", "default_clock", "run_stack"]
+
+
+def default_clock(device):
+    """``time.process_time`` on a CPU (this process's CPU time: with one torch thread, the step's
+    compute, robust to other jobs on a shared machine), ``time.perf_counter`` on a GPU."""
+    return time.process_time if str(device).startswith("cpu") else time.perf_counter
 
 
 @dataclass
 class StackResult:
     """Frames of one study: ``points`` (4 measured rows), ``table`` (8 combinations + mixed),
     ``multiplicative``, ``load`` (simulated grid), ``whatif`` (batch-1 alpha x k predictions),
-    ``whatif_load`` (simulated alpha x k grid); the ``slo`` at scale 1 and the baseline ``capacity_rps``."""
+    ``whatif_load`` (simulated alpha x k grid); the ``slo`` at scale 1, the baseline ``capacity_rps``
+    and the memory of one instance, ``mem_gb``, the KV capacities were computed from."""
 
     points: pd.DataFrame
     table: pd.DataFrame
@@ -49,6 +56,7 @@ class StackResult:
     whatif_load: pd.DataFrame
     slo: SLO
     capacity_rps: float
+    mem_gb: float
 
 
 def _grid(name, configs, fn, provenance, root, progress) -> pd.DataFrame:
@@ -140,4 +148,4 @@ def run_stack(target, draft, cfg: StackConfig, prompt: list[int], *, device=None
                         sim_prov, root, progress)
     table = stack_table(points, load, cfg)
     return StackResult(points, table, multiplicativity(table), load, whatif_batch1(points, cfg), whatif_load,
-                       slo, cap)
+                       slo, cap, mem_gb)
