@@ -220,3 +220,25 @@ def samples(code: VllmCode) -> dict[str, str]:
     v = code.src.version
     return {f"vllm-{v}_metrics_before.txt": before, f"vllm-{v}_metrics_after.txt": after,
             f"vllm-{v}_bench_serve.json": json.dumps(bench)}
+
+
+def tiny_llama(seed: int = 0, hidden: int = 128, inter: int = 256, layers: int = 2, heads: int = 4, kv: int = 2):
+    """A random Llama (vocab 256) with a few salient input channels, as trained LLMs have (AWQ sec. 3.1)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=256)
+    m = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in m.model.layers:
+            layer.input_layernorm.weight[:4] *= 8
+            layer.post_attention_layernorm.weight[:4] *= 8
+    return m
+
+
+def calib_ids(n: int = 8, t: int = 64, seed: int = 1):
+    import torch
+
+    return torch.randint(0, 256, (n, t), generator=torch.Generator().manual_seed(seed))

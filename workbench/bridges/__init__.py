@@ -10,7 +10,12 @@
 
 from workbench.bridges.plots import compare_sim_vllm, plot_sim_vs_vllm
 from workbench.bridges.vllm_config import ARTICLE_FLAGS, VllmDeployment, refuse_invented_flags
-from workbench.bridges.vllm_metrics import bench_serve_requests, read_bench_serve, read_spec_metrics, spec_metrics_delta
+from workbench.bridges.vllm_metrics import (
+    bench_serve_requests,
+    read_bench_serve,
+    read_spec_metrics,
+    spec_metrics_delta,
+)
 from workbench.bridges.vllm_source import VLLM_VERSION, VllmSource, VllmSourceUnavailable
 
 __all__ = [
