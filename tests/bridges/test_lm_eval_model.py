@@ -4,23 +4,22 @@ model, in process and through the ``workbench-lm-eval`` command line (engine pat
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
 
-from workbench.bridges.lm_eval_model import WorkbenchLM  # noqa: E402
+from workbench.bridges.lm_eval_model import WorkbenchLM
 
 MC = [("What is the capital of France?", ["Paris", "Rome", "Berlin", "Madrid"], 0),
       ("Which animal barks?", ["cat", "dog", "fish", "bird"], 1),
       ("2 + 2 =", ["3", "4", "5", "22"], 1),
       ("The opposite of hot is", ["cold", "warm", "red", "fast"], 0)]
-TEXTS = ["The river runs through the old town, past the market and the church, and on to the sea. "
-         "In spring the water rises and the fishermen mend their nets on the stone quay.",
-         "Speculative decoding lets a small draft model propose several tokens that the large model "
-         "then checks in a single forward pass, so that each step can emit more than one token."]
+TEXTS = [("The river runs through the old town, past the market and the church, and on to the sea. "
+          "In spring the water rises and the fishermen mend their nets on the stone quay."),
+         ("Speculative decoding lets a small draft model propose several tokens that the large model "
+          "then checks in a single forward pass, so that each step can emit more than one token.")]
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +107,7 @@ def test_registered_and_on_the_command_line():
     from lm_eval.api.registry import get_model
 
     assert get_model("workbench") is WorkbenchLM
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, fn = scripts["workbench-lm-eval"].partition(":")
     import importlib
@@ -117,7 +117,7 @@ def test_registered_and_on_the_command_line():
 
 def test_model_args_win_over_cli_defaults():
     class Capture(WorkbenchLM):
-        def __init__(self, **kw):  # noqa: D107 - records what lm-eval would pass
+        def __init__(self, **kw):  # records what lm-eval would pass
             self.kw = kw
 
     lm = Capture.create_from_arg_string("model=m,device=cpu,quant_group_size=64", {"device": "cuda:0",
