@@ -232,3 +232,19 @@ def test_not_a_quantized_checkpoint():
         checkpoint_format({"model_type": "llama"})
     with pytest.raises(ValueError, match="bitsandbytes"):
         checkpoint_format({"quantization_config": {"quant_method": "bitsandbytes"}})
+
+
+@pytest.mark.reference
+def test_imported_model_runs_on_the_engine(tmp_path, bh):
+    """Studies time through workbench.engine: an imported checkpoint runs there with its logits."""
+    from workbench.engine import Engine
+
+    model = bh.tiny_llama()
+    model.config.tie_word_embeddings = False
+    q, _ = quantize(model, QuantConfig(bits=4, group_size=32))
+    _write_packed_checkpoint(tmp_path, q, "gptq")
+    got, _ = load_quantized(tmp_path)
+    ids = bh.calib_ids(2, 24, seed=7)
+    eng = Engine.from_hf(got, max_batch=2, max_seq=32)
+    logits = eng.extend_batch(torch.arange(2), ids)
+    assert torch.allclose(logits, _logits(got, ids), rtol=1e-4, atol=1e-4)

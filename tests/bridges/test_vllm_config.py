@@ -132,3 +132,22 @@ def test_adaptive_k_has_no_vllm_equivalent():
         VllmDeployment.from_workbench("m", spec=SpecConfig(policy="heuristic"), draft_model="d")
     with pytest.raises(ValueError, match="'prefill' and 'decode'"):
         _deployments()["pd"].llm_kwargs()
+
+
+def _readme_commands(prefix: str) -> list[list[str]]:
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "README.md").read_text().replace("\\\n", " ")
+    return [shlex.split(ln.split("&&")[0].split("#")[0]) for ln in text.splitlines() if ln.startswith(prefix)]
+
+
+def test_readme_vllm_commands_use_real_flags(vllm_src):
+    serve = _readme_commands("vllm serve ")
+    bench = _readme_commands("vllm bench serve ")
+    assert serve and bench
+    for argv in serve:
+        assert vllm_src.unknown_flags(argv) == [], argv
+    bench_flags = set(vllm_src.string_constants("vllm/benchmarks/serve.py", None, "add_cli_args"))
+    for argv in bench:
+        assert {a for a in argv if a.startswith("--")} <= bench_flags, argv

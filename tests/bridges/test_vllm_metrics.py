@@ -130,6 +130,13 @@ def test_names_read_exist_in_vllm_source(vllm_src):
     assert set(_RENAME) <= set(sample), set(_RENAME) - set(sample)
 
 
+def test_bench_serve_args_exist(vllm_src):
+    from workbench.bridges.vllm_metrics import BENCH_SERVE_ARGS
+
+    flags = {a for a in BENCH_SERVE_ARGS if a.startswith("--")}
+    assert flags <= set(vllm_src.string_constants("vllm/benchmarks/serve.py", None, "add_cli_args"))
+
+
 def test_committed_samples_are_vllms(vllm_code, bh):
     """data/ holds what vLLM 0.33.0's own code writes for the planted requests and steps."""
 

@@ -29,10 +29,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["SPEC_COUNTERS", "bench_serve_requests", "read_bench_serve", "read_spec_metrics", "spec_metrics_delta"]
+__all__ = ["BENCH_SERVE_ARGS", "SPEC_COUNTERS", "bench_serve_requests", "read_bench_serve", "read_spec_metrics", "spec_metrics_delta"]
 
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos")
+
+# `vllm bench serve` flags that give files every column here: per-request lists, e2e percentiles, the
+# workbench's percentiles (50/90/99) and goodput under the SLOs of workbench.pd.sim.SLO's defaults
+BENCH_SERVE_ARGS = ("--save-result", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el",
+                    "--metric-percentiles", "50,90,99", "--goodput", "ttft:400", "tpot:40")
 
 _RENAME = {"completed": "n_requests", "failed": "n_failed", "duration": "duration_s",
            "request_throughput": "throughput_rps", "request_goodput": "goodput_rps",
