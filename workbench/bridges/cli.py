@@ -32,6 +32,8 @@ def _kv(pairs: list[str]) -> dict:
 
 
 def _export(a) -> None:
+    import torch
+
     from workbench.bridges.export import export_compressed_tensors
     from workbench.bridges.vllm_config import VllmDeployment
     from workbench.models import load_model
@@ -40,7 +42,8 @@ def _export(a) -> None:
     model, tok = load_model(a.model, dtype=a.dtype)
     cfg = QuantConfig.from_name(a.quant, **_kv(a.set))
     q, _ = quantize(model, cfg, tok=tok, progress=True)
-    report = export_compressed_tensors(q, a.out, tok, unfoldable=a.unfoldable)
+    out_dtype = getattr(torch, a.out_dtype) if a.out_dtype else None
+    report = export_compressed_tensors(q, a.out, tok, unfoldable=a.unfoldable, dtype=out_dtype)
     if "fold" in report:
         print("AWQ scale folds:", report["fold"].value_counts().to_dict())
     print(f"wrote {a.out} ({cfg.label}); serve it with:\n  {VllmDeployment(a.out).serve_commands()[0]}")
@@ -93,7 +96,9 @@ def main(argv=None) -> None:
     e.add_argument("--quant", default="awq_int4_g128", help="QuantConfig preset")
     e.add_argument("--set", nargs="*", help="QuantConfig field overrides, e.g. group_size=64")
     e.add_argument("--out", required=True)
-    e.add_argument("--dtype", default="float32")
+    e.add_argument("--dtype", default="float32", help="dtype the model is loaded and quantized in")
+    e.add_argument("--out-dtype", choices=("float32", "bfloat16", "float16"),
+                   help="checkpoint dtype (default: --dtype; scales round to it, see export_compressed_tensors)")
     e.add_argument("--unfoldable", default="dense", choices=("dense", "requantize", "error"))
     i = sub.add_parser("import", help="load a quantized checkpoint into QuantLinear layers")
     i.add_argument("checkpoint")

@@ -15,7 +15,8 @@ in real arithmetic (only float32 rounding changes):
   ``(q - z) * s[o, g] / a[o]``, so the producer stays quantized with the same integers. For
   ``v_proj -> o_proj`` under grouped-query attention, o_proj's input channel ``h * d + j`` comes from
   v_proj's row ``(h // (n_heads / n_kv)) * d + j``: the fold needs ``a`` equal across the query heads
-  sharing a KV head. AutoAWQ skips o_proj's scale then; the workbench's AWQ searches one anyway.
+  sharing a KV head. AutoAWQ scales o_proj only when v_proj and o_proj weights have one shape
+  (``awq/models/llama.py`` ``get_layers_for_scaling``); the workbench's AWQ searches one anyway.
 * **Not foldable** (o_proj under GQA with unequal ``a``): ``unfoldable="dense"`` stores the exact
   effective weight ``W_hat / a`` as a float Linear (reported, costs its dense bytes);
   ``"requantize"`` re-quantizes ``W_hat / a`` with RTN at the layer's bits and groups (not exact;

@@ -16,7 +16,7 @@ of consecutive input features (``workbench.quant.rtn``). Each format's layout, w
   Converted to compressed-tensors with the library's ``AutoAWQConverter`` (compressed-tensors 0.19,
   ``entrypoints/convert/converters/autoawq.py``), then read as above.
 * **GPTQ** (AutoGPTQ ``auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py`` ``QuantLinear.pack`` /
-  ``forward``; GPTQModel ``gptqmodel/nn_modules/qlinear/__init__.py``): ``qweight`` int32
+  ``forward``): ``qweight`` int32
   ``[in * b / 32, out]`` packing ``32 / b`` consecutive INPUT rows per int32, lowest bits first;
   ``qzeros`` int32 ``[n_groups, out * b / 32]`` packing consecutive output columns; ``scales``
   ``[n_groups, out]``; ``g_idx`` int32 ``[in]`` (group of each input feature). The zero-point
@@ -24,8 +24,8 @@ of consecutive input features (``workbench.quant.rtn``). Each format's layout, w
   before GPTQModel's v2) stores ``z - 1`` (``pack``: ``zeros -= 1``) and dequantizes with
   ``z = stored + 1`` element-wise (``forward``: ``zeros = zeros + 1``), so a true zero point of 0 is
   stored as -1 -> nibble ``2^b - 1`` and read back as ``2^b`` (kept here exactly as AutoGPTQ reads it);
-  ``"gptq_v2"`` (GPTQModel) stores ``z`` itself (GPTQModel's ``convert_gptq_v1_to_v2_format_module``
-  adds ``0x11111111`` per int32 to turn v1 into v2).
+  ``"gptq_v2"`` (GPTQModel) stores ``z`` itself (``gptqmodel/utils/model.py``
+  ``convert_gptq_v1_to_v2_format_module`` adds ``0x11111111`` per 4-bit int32 to turn v1 into v2).
 """
 
 from __future__ import annotations
