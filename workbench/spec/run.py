@@ -58,7 +58,7 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
     Returns:
         DataFrame: config fields, ``draft, prompt_id, category, n_prompt, n_new``, the counters of
         ``SpecDecodingStats.summary()``, list columns ``tokens_per_step``, ``draft_tokens_per_step``,
-        ``accepted_per_pos``, ``drafted_per_pos``; alignment means ``kl_pq, kl_qp, tv, alpha_pred``
+        ``accepted_per_pos``, ``drafted_per_pos``, ``tested_per_pos``; alignment means ``kl_pq, kl_qp, tv, alpha_pred``
         along the baseline (target) trajectory; times ``baseline_tpot_s`` (plain decode per token),
         ``spec_tpot_s``, ``draft_step_s`` (per draft forward), ``verify_s`` (per verify step);
         ratios ``c`` = draft_step_s / baseline_tpot_s, ``verify_cost`` = verify_s / baseline_tpot_s,
@@ -106,6 +106,7 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
                            "draft_tokens_per_step": list(st.draft_tokens_per_step),
                            "accepted_per_pos": list(st.num_accepted_tokens_per_pos),
                            "drafted_per_pos": list(st.num_drafts_per_pos),
+                           "tested_per_pos": list(st.num_tested_per_pos),
                            "baseline_n_new": n_base, "baseline_decode_s": base.decode_s,
                            "baseline_tpot_s": base_tpot, "spec_decode_s": out.decode_s,
                            "spec_tpot_s": out.decode_s / max(n_new, 1),
@@ -132,7 +133,8 @@ def _ratio_ci(num: np.ndarray, den: np.ndarray, n_boot: int = 2000, seed: int = 
 def summarize_spec(df: pd.DataFrame, by=("draft", "temperature", "top_p", "policy", "k")) -> pd.DataFrame:
     """Pool ``run_spec`` rows per group: one row each with
 
-    ``n_prompts, alpha`` (accepted / tested drafts) with ``alpha_lo, alpha_hi`` (cluster bootstrap over
+    ``n_prompts, n_steps, n_tested, n_accepted, n_draft_tokens`` (counts, so groups can be pooled
+    again), ``alpha`` (n_accepted / n_tested drafts) with ``alpha_lo, alpha_hi`` (cluster bootstrap over
     prompts, 95%), ``tau`` (1 + accepted / drafts, bonus included) with ``tau_lo, tau_hi``,
     ``draft_acceptance_rate``, alignment means ``kl_pq, kl_qp, tv, alpha_pred``, ``c`` and
     ``verify_cost`` (pooled times), ``speedup`` (realized: pooled baseline per-token time / pooled
@@ -152,7 +154,9 @@ def summarize_spec(df: pd.DataFrame, by=("draft", "temperature", "top_p", "polic
         c = g["draft_s"].sum() / g["num_draft_tokens"].sum() / base_t
         verify_cost = g["target_s"].sum() / g["num_drafts"].sum() / base_t
         row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
-        row.update(n_prompts=g["prompt_id"].nunique(), n_steps=int(drafts.sum()), alpha=alpha, alpha_lo=a_lo,
+        row.update(n_prompts=g["prompt_id"].nunique(), n_steps=int(drafts.sum()), n_tested=int((acc + rej).sum()),
+                   n_accepted=int(acc.sum()), n_draft_tokens=int(g["num_draft_tokens"].sum()),
+                   alpha=alpha, alpha_lo=a_lo,
                    alpha_hi=a_hi, tau=r_tau, tau_lo=t_lo, tau_hi=t_hi,
                    draft_acceptance_rate=acc.sum() / g["num_draft_tokens"].sum(),
                    **{m: g[m].mean() for m in ("kl_pq", "kl_qp", "tv", "alpha_pred")},
