@@ -138,10 +138,10 @@ def plot_distill(curve: pd.DataFrame) -> go.Figure:
 
 __all__ = [
     "plot_acceptance_per_pos",
-    "pooled_alpha_c",
     "plot_distill",
     "plot_kl_alpha",
     "plot_policies",
     "plot_theory_vs_k",
     "plot_tokens_per_step",
+    "pooled_alpha_c",
 ]
