@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import math
 import time
 
@@ -49,6 +50,11 @@ def _draft_model(target: torch.nn.Module, draft_config, n_layers: int, init: str
             draft.model.layers[i].load_state_dict(target.model.layers[int(j)].state_dict())
         draft.model.norm.load_state_dict(target.model.norm.state_dict())
     return draft
+
+
+def _sha256(ids: torch.Tensor) -> str:
+    """sha256 of token ids (int64 bytes): the identity of the distillation data."""
+    return hashlib.sha256(ids.detach().to("cpu", torch.int64).contiguous().numpy().tobytes()).hexdigest()
 
 
 @contextlib.contextmanager
@@ -230,7 +236,9 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
             evaluate(step)
     draft.eval().requires_grad_(False)
     draft.workbench_provenance = {"draft": "distilled", "steps": steps, "n_layers": draft.config.num_hidden_layers,
-                                  "seq_len": seq_len, "batch_size": batch_size, "lr": lr, "init": init, "seed": seed}
+                                  "seq_len": seq_len, "batch_size": batch_size, "lr": lr, "init": init, "seed": seed,
+                                  "train_tokens": len(train_ids), "train_sha256": _sha256(train_ids),
+                                  "eval_sha256": _sha256(eval_ids)}
     return draft, pd.DataFrame(rows)
 
 
