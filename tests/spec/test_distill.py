@@ -97,3 +97,11 @@ def test_distill_and_generations_leave_the_global_rng_alone(toy):
                                           seed=5), sampled)
     for a, b in zip(d1.parameters(), d2.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_bfloat16_target_gives_a_bfloat16_draft(toy):
+    """A draft shares the target's embeddings, so it is built (and trained) in the target's dtype."""
+    target = toy.tiny_llama(vocab=64, seed=7, layers=2).to(torch.bfloat16)
+    text = torch.randint(0, 64, (600,), generator=torch.Generator().manual_seed(0))
+    draft, curve = distill_draft(target, text=text, steps=2, n_layers=1, seq_len=16, init="spread")
+    assert {p.dtype for p in draft.parameters()} == {torch.bfloat16} and curve.kl.notna().all()

@@ -17,7 +17,8 @@ def test_demo_grid_is_the_notebook_grid():
     assert {c.temperature for c in cfgs} == {0.0, 0.7} and {c.max_new_tokens for c in cfgs} == {24}
     smoke = SpecGrid.from_name("smoke").configs()
     assert [(c.k, c.policy) for c in smoke[:3]] == [(2, "static"), (2, "heuristic"), (2, "confidence")]
-    table = SpecGrid.from_name("spec-table", ks=(3,))
+    table = SpecGrid.from_name("spec-table", ks=(3,), n_prompts=None)
+    assert table.n_prompts == 120  # None keeps the preset's value
     assert [(c.k, c.policy) for c in table.configs()] == [(3, "static"), (4, "static")] * 2
     assert set(SPEC_GRIDS) == {"demo", "smoke", "spec-table"}
 

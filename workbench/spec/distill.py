@@ -38,7 +38,8 @@ def _draft_model(target: torch.nn.Module, draft_config, n_layers: int, init: str
                          "its embeddings and head")
     if init not in ("spread", "random"):
         raise ValueError(f"init={init!r} must be 'spread' (copy evenly spaced target layers) or 'random'")
-    draft = AutoModelForCausalLM.from_config(cfg).to(next(target.parameters()).device)
+    p = next(target.parameters())  # the draft trains in the target's dtype (it shares its embeddings)
+    draft = AutoModelForCausalLM.from_config(cfg).to(device=p.device, dtype=p.dtype)
     emb = torch.nn.Parameter(target.get_input_embeddings().weight.detach(), requires_grad=False)
     draft.get_input_embeddings().weight = emb
     head = target.get_output_embeddings().weight

@@ -72,12 +72,13 @@ class SpecGrid:
 
     @classmethod
     def from_name(cls, name: str, **overrides) -> SpecGrid:
-        """The preset ``name`` of :data:`SPEC_GRIDS` with ``overrides`` replacing fields. Raises
+        """The preset ``name`` of :data:`SPEC_GRIDS` with ``overrides`` replacing fields (an override of
+        ``None`` keeps the preset's value, so unset notebook parameters can be passed through). Raises
         ``ValueError`` for an unknown name (with "did you mean") or bad overrides."""
         if name not in SPEC_GRIDS:
             raise ValueError(f"spec grid {name!r} is unknown; use one of {sorted(SPEC_GRIDS)}."
                              + did_you_mean(name, SPEC_GRIDS))
-        return replace(SPEC_GRIDS[name], **overrides)
+        return replace(SPEC_GRIDS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
 SPEC_GRIDS = {
