@@ -23,7 +23,7 @@ from workbench.engine.api import Runner
 from workbench.engine.engine import SlotRunner
 from workbench.engine.hf_runner import HFRunner
 from workbench.spec.config import SpecConfig, did_you_mean
-from workbench.spec.fast import device_speculative_generate
+from workbench.spec.fast import device_speculative_generate, sample_from_logits
 from workbench.spec.metrics import SpecDecodingStats
 from workbench.spec.policies import make_policy
 from workbench.spec.rejection import rejection_sample
@@ -73,7 +73,9 @@ def autoregressive_generate(model, prompt_ids, temperature: float = 0.0, top_p: 
     """Plain decoding, one target forward per token: the baseline speculative decoding must beat.
 
     ``model``: a Runner or module; ``prompt_ids``: ``[T]`` int64. ``config`` (if given) supplies
-    temperature, top_p and max_new_tokens. The runner is reset first. ``clock``: the timer
+    temperature, top_p and max_new_tokens. The runner is reset first. Tokens are drawn on the
+    logits' device (:func:`workbench.spec.fast.sample_from_logits`: the argmax at temperature 0, else
+    the draw ``torch.multinomial`` makes) and fed back as device tensors. ``clock``: the timer
     (``time.perf_counter`` wall time; ``time.process_time`` gives this process's CPU time, robust to
     other jobs on a shared CPU, meaningless on a GPU). Raises ``ValueError`` for bad
     sampling settings or an empty prompt.
@@ -91,12 +93,13 @@ def autoregressive_generate(model, prompt_ids, temperature: float = 0.0, top_p: 
     while True:
         if return_logits:
             kept.append(logits)
-        tok = int(sample(probs_from_logits(logits, cfg.temperature, cfg.top_p), gen))
+        tok_d, _ = sample_from_logits(logits, cfg.temperature, cfg.top_p, gen)  # [] on the device
+        tok = int(tok_d)  # the host needs each token (stop check): one synchronization per token
         out.append(tok)
         if len(out) >= cfg.max_new_tokens or tok in stop:
             break
         t0 = clock()
-        logits = runner.extend(torch.tensor([tok]))[-1]
+        logits = runner.extend(tok_d.view(1))[-1]  # the device tensor: no host-to-device copy
         times.append(_timed(runner, t0, clock))
     decode_s = clock() - t_start
     return GenerationResult(out, prefill_s, decode_s, times,
