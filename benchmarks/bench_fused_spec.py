@@ -1,4 +1,4 @@
-"""Speculative decoding (synthetic acceptance), decode batches and the verify step's cost with the
+"""Speculative decoding (``acceptance="synthetic"``, the package's device loop), decode batches and the verify step's cost with the
 fused GEMVs on and off (``Engine.set_fused_gemv``), then the GPU correctness checks: a short device run,
 sections in order of importance, each saved as it finishes.
 
@@ -27,7 +27,7 @@ def main():
     floors = measure_floors()
     rec.put("floors", floors)
     target = Engine.from_config(hf_config(CONFIGS["qwen2-7b"]), max_batch=32, max_seq=640)
-    draft = Engine.from_config(hf_config(QWEN2_0_5B), max_batch=1, max_seq=640)
+    draft = Engine.from_config(hf_config({**QWEN2_0_5B, "vocab_size": target.vocab_size}), max_batch=1, max_seq=640)
     rec.put("fused", {"target": target.gemv1 is not None, "draft": draft.gemv1 is not None})
     guarded(rec, "spec", lambda: rec.put("spec", bench_spec(target, draft)))
 
