@@ -20,13 +20,14 @@ units, speedup ``(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))`` with ``c`` = draft
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 
 from benchmarks.bench_decode import engine_decode_ms_per_token
 from benchmarks.common import Stopwatch
 from workbench.engine import Engine
-from workbench.spec import SpecConfig, speculative_generate
+from workbench.spec import SpecConfig, autoregressive_generate, speculative_generate
 from workbench.spec.theory import expected_tokens_per_step, speedup
 
 
@@ -88,3 +89,37 @@ def bench_spec(target: Engine, draft: Engine, alphas=(0.6, 0.8, 0.9), ks=(2, 4, 
                          "theoretical_speedup": theory, "ratio": realized / theory,
                          "theory_with_verify_cost": speedup(a, k, c, v)})
     return rows
+
+
+def check_device_loop(n_new: int = 64, k: int = 4, device: str = "cuda") -> dict:
+    """GPU check of the device loop on two random float32 engines (hidden 256, 4 and 2 layers, one
+    vocabulary): greedy speculative tokens against plain greedy decoding through the same target
+    engine (``greedy_equal``, and the length of the equal prefix), the loop that ran, and the host
+    synchronizations per speculative step counted by ``torch.cuda.set_sync_debug_mode("warn")``
+    (the design has one per step; the confidence policy adds one per draft token; CUDA only)."""
+    cfg = {"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 512,
+           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2}
+    target = Engine.from_config(cfg, max_seq=256, dtype=torch.float32, device=device, seed=1)
+    draft = Engine.from_config({**cfg, "num_hidden_layers": 2}, max_seq=256, dtype=torch.float32, device=device,
+                               seed=2)
+    prompt = torch.randint(0, 4096, (32,), generator=torch.Generator().manual_seed(0)).tolist()
+    plain = autoregressive_generate(target.runner(0), prompt, max_new_tokens=n_new).tokens
+    spec = speculative_generate(target.runner(0), draft.runner(0), prompt, k=k, max_new_tokens=n_new)
+    prefix = next((i for i, (a, b) in enumerate(zip(plain, spec.tokens)) if a != b), min(len(plain), len(spec.tokens)))
+    out = {"greedy_equal": spec.tokens == plain, "equal_prefix": prefix, "n_new": n_new, "loop": spec.loop}
+    for temperature in (0.0, 1.0) if target.device.type == "cuda" else ():
+        speculative_generate(target.runner(0), draft.runner(0), prompt, k=k, temperature=temperature, max_new_tokens=8)
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                res = speculative_generate(target.runner(0), draft.runner(0), prompt, k=k, temperature=temperature,
+                                           max_new_tokens=n_new)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = [str(w.message)[:120] for w in caught if "synchroniz" in str(w.message)]
+        out[f"T{temperature:g}"] = {"steps": res.stats.num_drafts, "syncs": len(syncs),
+                                    "syncs_per_step": len(syncs) / max(res.stats.num_drafts, 1),
+                                    "first_syncs": syncs[:3]}
+    return out
