@@ -2,15 +2,15 @@
 for the reference sampler (``rejection.rejection_sample``) and its device fast path
 (``fast.rejection_sample_fast`` with ``fast.sample_from_logits`` for the drafts).
 
-Chi-square goodness of fit of 50,000 vectorized speculative generations of N_TOKENS = 4 tokens with
+Chi-square goodness of fit of 30,000 vectorized speculative generations of N_TOKENS = 4 tokens with
 K = 3 drafts per step (Markov-table target and draft over V = 4 tokens: 256 cells of the joint)
 against the target's exact joint. The window is longer than K, so the bonus token of a fully
 accepted first step (position 4) and the tokens of the second step are inside it. Cells whose
-expected count is below 5 are pooled into one (12 of 256 at T = 0.7, minimum 1.3). Threshold:
+expected count is below 5 are pooled into one (29 of 256 at T = 0.7, minimum 0.77). Threshold:
 p > 0.01 for the correct samplers (the seeds are fixed, so the test is deterministic; measured
-p = 0.12-0.58). Power: each planted bug of ``MUTANTS`` must give p < 1e-6; measured p < 1e-300 for
+p = 0.21-0.50). Power: each planted bug of ``MUTANTS`` must give p < 1e-6; measured p < 1e-300 for
 each (bonus drawn uniformly, bonus drawn from p_k instead of p_{k+1}, every draft accepted). With
-the bonus outside the window (K = N_TOKENS = 3) the first two pass: p = 0.47 and 0.22.
+the bonus outside the window (K = N_TOKENS = 3) the first two pass: p = 0.12 and 0.60.
 """
 
 import pytest
@@ -20,7 +20,7 @@ from workbench.spec.fast import rejection_sample_fast
 from workbench.spec.rejection import PLACEHOLDER, rejection_sample
 from workbench.spec.sampling import probs_from_logits
 
-N_TRIALS, N_TOKENS, K, V = 50_000, 4, 3, 4
+N_TRIALS, N_TOKENS, K, V = 30_000, 4, 3, 4
 
 
 def _pvalue(toy, tokens, p_logits, temperature, top_p):
