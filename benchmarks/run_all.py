@@ -59,7 +59,8 @@ def table(rec: Recorder) -> str:
                              f"{r['compute_floor_ms']:.2f}  x{r['ms'] / max(r['compute_floor_ms'], r['memory_floor_ms']):.2f}")
         if key == "spec":
             for r in rows:
-                lines.append(f"spec a={r['alpha']} k={r['k']} c={r['c']:.3f} realized {r['realized_speedup']:.2f} "
+                lines.append(f"spec ({r.get('acceptance', 'synthetic')}) a={r['alpha']} k={r['k']} c={r['c']:.3f} "
+                             f"realized {r['realized_speedup']:.2f} "
                              f"theory {r['theoretical_speedup']:.2f} ratio {r['ratio']:.3f} tau {r['tau']:.2f}")
     return "\n".join(lines)
 
@@ -106,7 +107,8 @@ def main():
     if target is not None:
         gc.collect()
         torch.cuda.empty_cache()
-        draft = Engine.from_config(draft_cfg, max_batch=1, max_seq=640)
+        # the draft speaks the target's vocabulary (Qwen2-7B pads it to 152064, the 0.5B to 151936)
+        draft = Engine.from_config({**draft_cfg, "vocab_size": target.vocab_size}, max_batch=1, max_seq=640)
         guarded(rec, "spec", lambda: rec.put("spec", bench_spec(target, draft)))
         del target, draft
         gc.collect()
