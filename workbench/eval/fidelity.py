@@ -21,6 +21,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from workbench.validate import check_field_types
+
 __all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "token_metrics"]
 
 
@@ -33,6 +35,7 @@ class FidelityConfig:
     batch_size: int = 4  # windows per forward pass
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         for f in ("n_tokens", "seq_len", "batch_size"):
             if getattr(self, f) < (2 if f == "seq_len" else 1):
                 raise ValueError(f"{f}={getattr(self, f)} is too small; use a positive size (seq_len >= 2)")

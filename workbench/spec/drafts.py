@@ -19,7 +19,7 @@ import re
 
 import torch
 
-from workbench.spec.config import did_you_mean
+from workbench.registry import did_you_mean
 
 QUANT_DRAFTS = {"int8": 8, "int4": 4, "int3": 3}
 
