@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from workbench.models import require_trained
 from workbench.validate import check_field_types
 
 __all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "token_metrics"]
@@ -126,6 +127,7 @@ def run_fidelity(fp_model, q_model, tok, text: str, n_tokens: int = 4096, seq_le
     import time
 
     FidelityConfig(n_tokens, seq_len, batch_size)
+    require_trained(fp_model, "fidelity (KL, top-1 agreement, perplexity)")
     t0 = time.perf_counter()
     if windows is None:
         windows = eval_windows(tok, text, n_tokens, seq_len)

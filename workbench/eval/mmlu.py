@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.models import require_trained
 from workbench.stats import binomial_ci
 from workbench.validate import check_field_types
 
@@ -155,6 +156,7 @@ def run_mmlu(model, tok, questions: pd.DataFrame, dev: pd.DataFrame, n_shot: int
     from tqdm.auto import tqdm
 
     MMLUConfig(n_shot=n_shot, batch_size=batch_size)  # validates
+    require_trained(model, "MMLU")
     if "qid" not in questions:
         questions = questions.assign(qid=questions["subject"] + "/" + questions.groupby("subject").cumcount().astype(str))
     rows = []

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.models import require_trained
 from workbench.spec.alignment import alignment_metrics, score_positions
 from workbench.spec.config import SpecConfig
 from workbench.spec.generate import autoregressive_generate, speculative_generate
@@ -65,6 +66,7 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
         ``speedup`` = baseline_tpot_s / spec_tpot_s. Neither prints nor saves.
     """
     configs = [configs] if isinstance(configs, SpecConfig) else list(configs)
+    require_trained(target, "speculative decoding's alignment and acceptance (alpha, tau)")
     timer = {} if clock is None else {"clock": clock}
     if runner_factory is None:  # the engine (every timing goes through it); HFRunner if unsupported
         from workbench.engine import fast_runner
