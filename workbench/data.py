@@ -67,13 +67,24 @@ class DataFormatError(ValueError):
     """A data file is malformed, empty or cut short; the message names the file (and the line)."""
 
 
+def _not_utf8(path: Path, what: str) -> DataFormatError:
+    """The error for a file that does not decode as UTF-8, naming its first bad byte and line."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        return DataFormatError(f"{path}:{line}: byte {e.start} is not UTF-8 ({e.reason}); save the {what} as "
+                               "UTF-8 (in a spreadsheet program: 'CSV UTF-8')")
+    return DataFormatError(f"{path}: not UTF-8; save the {what} as UTF-8")
+
+
 def _read_text_file(path: Path, what: str) -> str:
     """UTF-8 text with a leading byte-order mark dropped (spreadsheet programs' "CSV UTF-8")."""
     try:
         return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataFormatError(f"{path}: byte {e.start} is not UTF-8 ({e.reason}); save the {what} as UTF-8 "
-                              "(in a spreadsheet program: 'CSV UTF-8')") from None
+    except UnicodeDecodeError:
+        raise _not_utf8(path, what) from None
 
 
 def shared_data_dir() -> Path | None:
@@ -128,7 +139,6 @@ def read_mmlu_csv(path: str | Path, subject: str | None = None, split: str | Non
         split = split or s_split
     if path.stat().st_size == 0:
         raise DataFormatError(f"{path} is empty (0 bytes): restore it from the MMLU release, or remove it")
-    _read_text_file(path, "MMLU file")  # fails naming the byte when the file is not UTF-8
     rows = []
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f, strict=True)
@@ -148,6 +158,8 @@ def read_mmlu_csv(path: str | Path, subject: str | None = None, split: str | Non
         except csv.Error as e:
             raise DataFormatError(f"{path}:{reader.line_num}: not valid CSV ({e}); a quoted field that never "
                                   "closes usually means the file was cut short: restore it") from None
+        except UnicodeDecodeError:
+            raise _not_utf8(path, "MMLU file") from None
     if not rows:
         raise DataFormatError(f"{path} holds no question rows{' (only a header)' if header_seen else ''}: "
                               "restore it from the MMLU release, or remove it")

@@ -61,7 +61,7 @@ def _folder_with(tmp_path, name: str, content: bytes):
     (b"question,choice0,choice1,choice2,choice3,answer\r\n", r"virology_test\.csv holds no question rows"),
     (b"\n\n  \n", r"virology_test\.csv holds no question rows"),
     (b'q1,a,b,c,d,A\n"q2 cut inside its quot', r"virology_test\.csv:2: not valid CSV.*cut short"),
-    ("Caf\xe9,a,b,c,d,A\n".encode("cp1252"), r"virology_test\.csv: byte 3 is not UTF-8.*CSV UTF-8"),
+    ("Caf\xe9,a,b,c,d,A\n".encode("cp1252"), r"virology_test\.csv:1: byte 3 is not UTF-8.*CSV UTF-8"),
     (b"q1,a,b,c,d\n", r"virology_test\.csv:1: expected 6 fields"),
     (b"q1,a,b,c,d,E\n", r"virology_test\.csv:1: answer 'E'"),
 ])

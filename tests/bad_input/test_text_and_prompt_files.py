@@ -19,7 +19,7 @@ def test_text_variants_read_the_same(tmp_path, raw):
     (lambda p: load_text(p / "none.txt"), FileNotFoundError, r"none\.txt does not exist"),
     (lambda p: load_text(_put(p, "e.txt", b" \n\t")), ValueError, "empty"),
     (lambda p: load_text(_put(p, "l.txt", "caf\xe9 au lait".encode("cp1252"))), DataFormatError,
-     r"l\.txt: byte 3 is not UTF-8"),
+     r"l\.txt:1: byte 3 is not UTF-8"),
     (lambda p: load_text("wikitext-2", "tset"), ValueError, "Did you mean 'test'"),
 ])
 def test_bad_text_sources(tmp_path, make, err, match):
