@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import os
@@ -17,9 +18,9 @@ from workbench.models.random_init import hf_config as _hf_config
 
 # The published shapes live in the package (workbench.models.random_init.RANDOM_CONFIGS, also reachable
 # as load_model("random:<name>")); these are copies, so a smoke run may shrink them in place.
-QWEN2_7B = dict(RANDOM_CONFIGS["qwen2-7b"])
-LLAMA3_8B = dict(RANDOM_CONFIGS["llama3-8b"])
-QWEN2_0_5B = dict(RANDOM_CONFIGS["qwen2-0.5b"])
+QWEN2_7B = copy.deepcopy(dict(RANDOM_CONFIGS["qwen2-7b"]))
+LLAMA3_8B = copy.deepcopy(dict(RANDOM_CONFIGS["llama3-8b"]))
+QWEN2_0_5B = copy.deepcopy(dict(RANDOM_CONFIGS["qwen2-0.5b"]))
 CONFIGS = {"qwen2-7b": QWEN2_7B, "llama3-8b": LLAMA3_8B, "qwen2-0.5b": QWEN2_0_5B}
 
 

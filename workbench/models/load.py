@@ -10,6 +10,7 @@ cannot serve.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -234,7 +235,7 @@ def load_model(spec: str = "smollm2-135m", dtype: str | torch.dtype | None = Non
         model = build_random_model(target, dev, dt, seed)
         tok = _tokenizer_for(kind, target, tokenizer)
         prov = {"name": f"{RANDOM_PREFIX}{target}", "source": "random", "weights": "random", "seed": seed,
-                "config": dict(RANDOM_CONFIGS[target]), "note": RANDOM_LABEL,
+                "config": copy.deepcopy(dict(RANDOM_CONFIGS[target])), "note": RANDOM_LABEL,
                 "tokenizer": "byte-level stand-in" if tokenizer is None else str(tokenizer)}
     elif kind == "builtin":
         model, tok, prov = load_builtin(target, dt, dev, _tokenizer_for(kind, target, tokenizer) if tokenizer else None)

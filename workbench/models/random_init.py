@@ -10,6 +10,7 @@ published tokenizer for English text. Every output of such a model is timing onl
 
 from __future__ import annotations
 
+import copy
 import os
 from types import MappingProxyType
 
@@ -43,7 +44,7 @@ _SMOLLM2_135M = {"model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
                  "max_position_embeddings": 8192, "rope_theta": 100000.0, "rms_norm_eps": 1e-5,
                  "tie_word_embeddings": True}
 
-# Read-only views: callers that adapt a shape (smoke runs) copy it first: dict(RANDOM_CONFIGS[name]).
+# Read-only views: callers that adapt a shape (smoke runs) copy it first: copy.deepcopy(dict(...)).
 RANDOM_CONFIGS: Registry = Registry("random model shape", {
     "qwen2-7b": MappingProxyType(_QWEN2_7B),  # Qwen/Qwen2-7B
     "llama3-8b": MappingProxyType(_LLAMA3_8B),  # meta-llama/Llama-3.1-8B
@@ -57,7 +58,7 @@ def hf_config(shape):
     tokenizer's BOS/EOS ids are set on it so ``generate`` stops where the stand-in tokenizer does."""
     from transformers import AutoConfig
 
-    d = dict(RANDOM_CONFIGS.lookup(shape) if isinstance(shape, str) else shape)
+    d = copy.deepcopy(dict(RANDOM_CONFIGS.lookup(shape) if isinstance(shape, str) else shape))
     d.setdefault("bos_token_id", BYTE_BOS)
     d.setdefault("eos_token_id", BYTE_EOS)
     d.setdefault("pad_token_id", BYTE_EOS)
