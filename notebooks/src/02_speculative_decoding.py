@@ -45,8 +45,6 @@ DISTILL_STEPS = int(os.getenv("WB_DISTILL_STEPS", 5 if SMOKE else 150))
 DISTILL_CHARS = int(os.getenv("WB_DISTILL_CHARS", 60_000 if SMOKE else 0))  # 0 = all of WikiText-2 valid
 MAX_PROMPT_TOKENS = int(os.getenv("WB_MAX_PROMPT_TOKENS", 128))
 SEED = int(os.getenv("WB_SEED", 0))
-DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
-DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
 
 # %%
 import time
@@ -56,7 +54,6 @@ import torch
 from IPython.display import display
 
 from workbench.data import load_prompts, load_text
-from workbench.device import describe, resolve
 from workbench.models import load_model
 from workbench.notebook import setup
 from workbench.spec import SpecConfig, encode_prompts, make_draft, plots, run_spec, summarize_spec, theory
@@ -65,8 +62,6 @@ from workbench.spec.widgets import explorer
 setup()
 torch.set_num_threads(1)
 torch.manual_seed(SEED)
-device, dtype = resolve(DEVICE, DTYPE)
-print(describe(device, dtype))
 
 # %% [markdown]
 # ## Target, prompts and drafts
@@ -78,7 +73,7 @@ print(describe(device, dtype))
 # checks the tokenizers).
 
 # %%
-target, tok = load_model(MODEL, dtype=dtype, device=device)
+target, tok = load_model(MODEL)
 prompts = load_prompts("spec-bench", n=N_PROMPTS, seed=SEED)
 prompts = encode_prompts(tok, prompts, max_prompt_tokens=MAX_PROMPT_TOKENS)
 text = load_text("wikitext-2", "valid")

@@ -9,11 +9,13 @@ and spec errors), :mod:`~workbench.models.builtin` (the built-in model's sources
 :mod:`~workbench.models.provenance` (provenance and the random-weights guard).
 """
 
+from workbench.device import resolve_dtype as _resolve_dtype  # noqa: F401 - the name callers used before
 from workbench.models.builtin import (
     BUILTINS,
     Builtin,
     cache_dir,
     cache_folder,
+    cached_copies,
     fetch_builtin_gguf,
     hub_reachable,
 )
@@ -41,7 +43,7 @@ __all__ = [
     "BUILTINS", "PROVENANCE_FILE", "RANDOM_CONFIGS", "RANDOM_LABEL", "RANDOM_PREFIX", "Builtin",
     "GGUFTokenizerError", "InvalidModelSpecError", "ModelFileError", "ModelNotAvailableError",
     "RandomWeightsError", "TokenizerMismatchError", "build_random_model", "cache_dir", "cache_folder",
-    "check_tokenizers_match", "classify_spec", "fetch_builtin_gguf", "hf_config", "hub_reachable",
-    "is_random", "load_model", "load_pair", "load_tokenizer", "provenance_of", "require_trained",
-    "sha256_file", "weights_label",
+    "cached_copies", "check_tokenizers_match", "classify_spec", "fetch_builtin_gguf", "hf_config",
+    "hub_reachable", "is_random", "load_model", "load_pair", "load_tokenizer", "provenance_of",
+    "require_trained", "sha256_file", "weights_label",
 ]

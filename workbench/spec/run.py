@@ -66,7 +66,8 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
         ``speedup`` = baseline_tpot_s / spec_tpot_s. Neither prints nor saves.
     """
     configs = [configs] if isinstance(configs, SpecConfig) else list(configs)
-    require_trained(target, "speculative decoding's alignment and acceptance (alpha, tau)")
+    if any(getattr(c, "acceptance", "rejection") != "synthetic" for c in configs):  # synthetic: a timing what-if
+        require_trained(target, "speculative decoding's alignment and acceptance (alpha, tau)")
     timer = {} if clock is None else {"clock": clock}
     if runner_factory is None:  # the engine (every timing goes through it); HFRunner if unsupported
         from workbench.engine import fast_runner
