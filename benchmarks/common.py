@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import os
@@ -12,27 +13,20 @@ from pathlib import Path
 
 import torch
 
-# Random-init configs (Llama-3-8B = the Llama-3.1-8B shape with llama3 RoPE scaling; published architecture hyper-parameters; no hub access on the device).
-QWEN2_7B = {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-                "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768,
-                "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
-LLAMA3_8B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
-                 "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
-                 "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "rope_theta": 500000.0,
-                 "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                               "original_max_position_embeddings": 8192}}
-QWEN2_0_5B = {"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
-                  "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
-                  "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
+from workbench.models.random_init import RANDOM_CONFIGS, build_random_model
+from workbench.models.random_init import hf_config as _hf_config
+
+# The published shapes live in the package (workbench.models.random_init.RANDOM_CONFIGS, also reachable
+# as load_model("random:<name>")); these are copies, so a smoke run may shrink them in place.
+QWEN2_7B = copy.deepcopy(dict(RANDOM_CONFIGS["qwen2-7b"]))
+LLAMA3_8B = copy.deepcopy(dict(RANDOM_CONFIGS["llama3-8b"]))
+QWEN2_0_5B = copy.deepcopy(dict(RANDOM_CONFIGS["qwen2-0.5b"]))
 CONFIGS = {"qwen2-7b": QWEN2_7B, "llama3-8b": LLAMA3_8B, "qwen2-0.5b": QWEN2_0_5B}
 
 
 def hf_config(d: dict):
-    """An HF config object from one of the dicts above."""
-    from transformers import AutoConfig
-
-    d = dict(d)
-    return AutoConfig.for_model(d.pop("model_type"), **d)
+    """An HF config object from one of the dicts above (:func:`workbench.models.random_init.hf_config`)."""
+    return _hf_config(d)
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU only for a smoke run of the scripts
@@ -42,15 +36,10 @@ DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
 def hf_model(d: dict, device=None, dtype=None, seed: int = 0):
     """HF ``AutoModelForCausalLM`` random-initialised directly on ``device`` in ``dtype``, from
     ``torch.manual_seed(seed)`` (same device, dtype and versions -> same weights, so separate runs,
-    e.g. ``bench_mmlu --shard``, score the same model)."""
-    from transformers import AutoModelForCausalLM
-
-    device, dtype = device or DEVICE, dtype or DTYPE
-    with torch.random.fork_rng(devices=[torch.device(device)] if torch.device(device).type == "cuda" else []):
-        torch.manual_seed(seed)  # (inside fork_rng: the caller's RNG state is left as it was)
-        with torch.device(device):
-            m = AutoModelForCausalLM.from_config(hf_config(d), dtype=dtype)
-    return m.eval()
+    e.g. ``bench_mmlu --shard``, score the same model): the package's
+    :func:`workbench.models.random_init.build_random_model`, which also refuses a shape that does
+    not fit in the device's free memory."""
+    return build_random_model(d, torch.device(device or DEVICE), dtype or DTYPE, seed)
 
 
 def sync():
