@@ -16,7 +16,7 @@ import random
 
 import torch
 
-from benchmarks.bench_decode import engine_decode_ms_per_token
+from benchmarks.bench_decode import engine_decode_ms_per_token, verify_ms
 from benchmarks.common import Stopwatch
 from workbench.engine import Engine
 
@@ -81,21 +81,6 @@ def synthetic_spec_ms(target: Engine, draft: Engine, alpha: float, k: int, n_tok
     emitted, steps = run_steps(n_tokens)
     ms = sw.stop()
     return {"ms": ms, "tokens": emitted, "steps": steps}
-
-
-def verify_ms(eng: Engine, t: int, n: int = 30, prompt_len: int = 64) -> float:
-    """ms of one T-token step on slot 0 (graph replay), cache rolled back after each."""
-    eng.reset()
-    eng.extend_batch([0], torch.randint(100, 1000, (1, prompt_len), device=eng.device), logits="last")
-    toks = torch.randint(100, 1000, (1, t), device=eng.device)
-    for _ in range(3):
-        eng.extend_batch([0], toks)
-        eng.truncate_slot(0, prompt_len)
-    sw = Stopwatch().start()
-    for _ in range(n):
-        eng.extend_batch([0], toks)
-        eng.truncate_slot(0, prompt_len)
-    return sw.stop() / n
 
 
 def bench_spec(target: Engine, draft: Engine, alphas=(0.6, 0.8, 0.9), ks=(2, 4, 6, 8), n_tokens=400) -> list:
