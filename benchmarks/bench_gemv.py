@@ -185,10 +185,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=list(SHAPES))
     ap.add_argument("--m", type=int, nargs="+", default=list(MS))
+    ap.add_argument("--shapes", nargs="+", default=None, help="only these matmuls (qkv o gate_up down lm_head)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_gemv.json"))
     a = ap.parse_args()
     from benchmarks.common import environment, measure_floors, precompile
 
+    if a.shapes:
+        for m in a.models:
+            SHAPES[m] = {k: v for k, v in SHAPES[m].items() if k in a.shapes}
     floors = measure_floors()
     comp = precompile(precompile_jobs({m: SHAPES[m] for m in a.models}, a.m))
     rows_out = bench(floors, a.models, a.m)
