@@ -198,19 +198,26 @@ def bench_model(name: str, floors: dict, rec: Recorder, backend: str, batches=(1
 # engine builds: name -> Engine.from_config keyword arguments
 ROWS_ENGINES = {"bf16": {}, "w4a16": {"w4a16": True, "w4a16_backend": "triton:tinygemm"},
                 "w4a16_lmhead": {"w4a16": True, "w4a16_backend": "triton:tinygemm", "quantize_lm_head": True}}
-# (impl, engine, max rows of the fused path (None: the default, 64), decode batches, verify T = k + 1)
-ROWS_VARIANTS = [
-    ("engine_bf16", "bf16", None, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
-    ("engine_bf16_cublas_rows", "bf16", 1, (8, 16, 64), (5, 9)),
-    ("engine_w4a16", "w4a16", None, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
-    ("engine_w4a16_lmhead", "w4a16_lmhead", None, (1, 16), (5,)),
-]
+# (impl, engine, max rows of the fused path (None: the default, 64), decode batches, verify T = k + 1); impls
+# ending in "_sep" run the INT4 prologues (RMSNorm, SwiGLU) as their own kernels (dispatch.INT4_PROLOGUES off)
+ALL_M = (1, 2, 4, 8, 16, 32, 64)
+ROWS_VARIANTS = {
+    "qwen2-7b": [("engine_bf16", "bf16", None, ALL_M, (3, 5, 9)),
+                 ("engine_bf16_cublas_rows", "bf16", 1, (16, 64), (5, 9)),
+                 ("engine_w4a16_sep", "w4a16", None, ALL_M, (3, 5, 9)),
+                 ("engine_w4a16", "w4a16", None, (1, 4, 16, 64), (5, 9)),
+                 ("engine_w4a16_lmhead_sep", "w4a16_lmhead", None, (1,), ())],
+    "llama3-8b": [("engine_bf16", "bf16", None, (1, 16, 64), (9,)),
+                  ("engine_w4a16_sep", "w4a16", None, (1, 16, 64), (9,)),
+                  ("engine_w4a16", "w4a16", None, (1, 16), ())],
+}
 
 
-def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: bool = True) -> list:
+def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: bool = True, sep: bool = False) -> list:
     """The kernel variants an engine of the HF config dict ``c`` compiles for steps of ``ms`` token rows
     (``benchmarks.common.precompile`` jobs), with the configurations it will pick (``rows._BEST`` as tuned so far
-    in this process, else defaults; the bf16 one-row GEMVs: every configuration its tuner tries, or the default)."""
+    in this process, else defaults; the bf16 one-row GEMVs: every configuration its tuner tries, or the default).
+    ``sep``: the INT4 matmuls run without their prologue (``dispatch.INT4_PROLOGUES`` off)."""
     from workbench.kernels import gemv, rows
 
     h, inter, d = c["hidden_size"], c["intermediate_size"], c["hidden_size"] // c["num_attention_heads"]
@@ -222,6 +229,8 @@ def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: boo
         for i, (n, k, pro, res) in enumerate(calls):
             kind = "int4" if (w4a16 and (i < 4 or lm_int4)) else "dense"
             rope_d = d if (i == 0 and m == 1) else 0
+            if kind == "int4" and sep:
+                pro = "none"
             if kind == "dense" and m == 1:
                 cfgs = gemv.CONFIGS if tuned_one_row else [gemv.DEFAULT]
                 jobs += [("gemv", n, k, 1, pro, res, rope_d, cfg) for cfg in cfgs
@@ -233,22 +242,25 @@ def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: boo
     return jobs
 
 
-def rows_model_jobs(name: str, variants=ROWS_VARIANTS) -> list:
+def rows_model_jobs(name: str, variants=None) -> list:
     """:func:`rows_engine_jobs` for every variant of :func:`bench_rows_model` on ``CONFIGS[name]``."""
     jobs = []
-    for _impl, key, _mr, batches, verify_ts in variants:
+    for impl, key, _mr, batches, verify_ts in variants or ROWS_VARIANTS[name]:
         kw = ROWS_ENGINES[key]
         jobs += rows_engine_jobs(CONFIGS[name], set(batches) | set(verify_ts), bool(kw.get("w4a16")),
-                                 bool(kw.get("quantize_lm_head")))
+                                 bool(kw.get("quantize_lm_head")), sep=impl.endswith("_sep"))
     return jobs
 
 
-def bench_rows_model(name: str, floors: dict, rec: Recorder, variants=ROWS_VARIANTS, prompt_len: int = 64,
-                     n_steps: int = 48) -> list:
+def bench_rows_model(name: str, floors: dict, rec: Recorder, variants=None, prompt_len: int = 64,
+                     n_steps: int = 32) -> list:
     """Decode batches and verify steps of each engine variant on the random-init ``CONFIGS[name]``: one row per
     (impl, batch) with ms per step, the floor (weights + KV at the mean context, or matmul FLOPs, whichever is
     larger) and time / floor; verify rows (batch 1, T = k + 1 tokens) also with their cost in decode steps of the
     same variant. Compile the kernels first (``precompile(rows_model_jobs(name))``) to keep compile time out."""
+    from workbench.engine import dispatch
+
+    variants = variants or ROWS_VARIANTS[name]
     bw, rate = floors["bw_Bps"], floors["matmul_flops"]
     ctx = prompt_len + 3 + n_steps / 2
     out = []
@@ -263,7 +275,10 @@ def bench_rows_model(name: str, floors: dict, rec: Recorder, variants=ROWS_VARIA
                 engines[key] = Engine.from_config(hf_config(CONFIGS[name]), max_batch=mb,
                                                   max_seq=prompt_len + n_steps + 16, **ROWS_ENGINES[key])
             eng = engines[key]
+            sep = impl.endswith("_sep")
+            dispatch.INT4_PROLOGUES = {"rmsnorm": not sep, "swiglu": not sep}
             eng.set_fused_gemv(True, max_rows=max_rows)
+            dispatch.INT4_PROLOGUES = {"rmsnorm": True, "swiglu": True}
             base = {"model": name, "impl": impl, "fused_rows": eng.fused.max_rows if eng.fused else 0,
                     "weight_bytes": eng.weight_bytes()}
             one = None
@@ -274,7 +289,7 @@ def bench_rows_model(name: str, floors: dict, rec: Recorder, variants=ROWS_VARIA
                 out.append({**base, "batch": b, "ms": ms, "floor_ms": fl, "x_floor": ms / fl})
                 rec.put(f"rows_{name}", out)
             for t in verify_ts:
-                ms = verify_ms(eng, t, prompt_len=prompt_len)
+                ms = verify_ms(eng, t, n=20, prompt_len=prompt_len)
                 fl = decode_floor_ms(eng, 1, prompt_len + t, bw, rate)
                 out.append({**base, "verify_T": t, "ms": ms, "floor_ms": fl, "x_floor": ms / fl,
                             "x_decode_b1": ms / one if one else None})

@@ -82,7 +82,9 @@ def _tiny_kernels() -> None:
     G.MS = (1, 5, 33)
     rows.INT4_CONFIGS[:] = rows.INT4_CONFIGS[:2]
     rows.DENSE_CONFIGS[:] = rows.DENSE_CONFIGS[:2]
-    D.ROWS_VARIANTS[:] = [("engine_bf16", "bf16", None, (1, 5), (3,)), ("engine_w4a16", "w4a16", None, (1, 5), (3,))]
+    for name in D.ROWS_VARIANTS:
+        D.ROWS_VARIANTS[name] = [("engine_bf16", "bf16", None, (1, 5), (3,)), ("engine_w4a16", "w4a16", None, (1, 5), (3,)),
+                                 ("engine_w4a16_sep", "w4a16", None, (1, 5), ())]
 
 
 def kernels_run(rec: Recorder, skip: set, models=("qwen2-7b", "llama3-8b"), tiny: bool = False) -> None:
@@ -107,7 +109,7 @@ def kernels_run(rec: Recorder, skip: set, models=("qwen2-7b", "llama3-8b"), tiny
         def gemv_section():
             shapes = {m: bench_gemv.SHAPES[m] for m in gemv_models}
             rec.put("precompile_gemv", precompile(bench_gemv.precompile_jobs(shapes, bench_gemv.MS)))
-            out = bench_gemv.bench(floors, gemv_models, bench_gemv.MS, rec=rec)
+            out = bench_gemv.bench(floors, gemv_models, bench_gemv.MS, gemlite_s=20.0, rec=rec)
             rec.put("kernels_block_us", bench_gemv.summary(out))
         guarded(rec, "gemv", gemv_section)
     if "rows" not in skip:
@@ -119,7 +121,7 @@ def kernels_run(rec: Recorder, skip: set, models=("qwen2-7b", "llama3-8b"), tiny
         def spec_section():
             target = Engine.from_config(hf_config(CONFIGS["qwen2-7b"]), max_batch=1, max_seq=640)
             draft = Engine.from_config(hf_config(QWEN2_0_5B), max_batch=1, max_seq=640)
-            rec.put("spec", bench_spec(target, draft, ks=(4, 8), n_tokens=240))
+            rec.put("spec", bench_spec(target, draft, ks=(4,), n_tokens=160))
         guarded(rec, "spec", spec_section)
 
 

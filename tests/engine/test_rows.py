@@ -169,3 +169,31 @@ def test_tune_caches_the_fastest_with_a_fake_timer(monkeypatch):
     x = torch.randn(3, 256, generator=gen)
     assert rows.tune(x, qw, quant=(s, z, g), configs=list(table), l2_bytes=0) == (32, 2, 4, 2)
     assert _rel(rows.gemm_int4(x, qw, s, z, g, n), F.linear(x, w_hat)) < 1e-5  # now with the cached config
+
+
+def _ptx_dequant(w0: int, w1: int, b: int, magic: int) -> tuple:
+    """The PTX of ``rows._dq_pair`` run by hand on two words: returns its two output registers."""
+    import inspect
+    import re
+
+    src = inspect.getsource(rows._dq_pair.fn)
+    sel = eval(re.search(r"prmt\.b32 t, \$2, \$3, \{(.+?)\};", src).group(1), {"B": b})
+    src_bytes = [(w0 >> (8 * i)) & 0xFF for i in range(4)] + [(w1 >> (8 * i)) & 0xFF for i in range(4)]
+    t = sum(src_bytes[(sel >> (4 * i)) & 0x7] << (8 * i) for i in range(4))  # prmt (default mode)
+    assert "lop3.b32 $0, t, 0x000F000F, {MAGIC}, 0xEA;" in src and "shr.u32 t, t, 4;" in src
+    lo = (t & 0x000F000F) | magic  # lop3 0xEA: (a & b) | c
+    hi = ((t >> 4) & 0x000F000F) | magic
+    return lo, hi
+
+
+def test_ptx_nibble_decoding_by_hand():
+    """The interpreter cannot run the kernel's inline PTX, so its byte selection is checked here: for every byte
+    ``b`` of two random words, output half ``h`` of register 0 (1) must be ``0x4300 | nibble 2b (2b + 1)`` of
+    word ``h`` (with ``prmt`` selector ``B * 0x11 + 0x4400``, a bug found on the GPU, word 1 reads byte 0 only)."""
+    gen = torch.Generator().manual_seed(5)
+    for w0, w1 in torch.randint(0, 2**32, (8, 2), generator=gen, dtype=torch.int64).tolist():
+        for b in range(4):
+            lo, hi = _ptx_dequant(w0, w1, b, 0x43004300)
+            for half, word in ((0, w0), (1, w1)):
+                assert (lo >> (16 * half)) & 0xFFFF == 0x4300 | ((word >> (8 * b)) & 0xF)
+                assert (hi >> (16 * half)) & 0xFFFF == 0x4300 | ((word >> (8 * b + 4)) & 0xF)

@@ -33,6 +33,10 @@ from workbench.engine.weights import Dense
 
 ROWS_MAX = 64  # rows up to which the few-row kernels run (workbench.kernels.rows.ROWS_MAX)
 TUNE = True  # time the bf16 one-row GEMVs when an engine turns the fused path on (False: default configurations)
+# run RMSNorm / SwiGLU inside the INT4 kernels (True) or as their own kernel before a plain INT4 GEMM (False):
+# every program of the tensor-core GEMM recomputes the prologue for its K range, which costs instructions the
+# INT4 kernel is short of (benchmarks/RESULTS.md compares both); read when the fused calls are built
+INT4_PROLOGUES = {"rmsnorm": True, "swiglu": True}
 
 
 class FusedMatmuls:
@@ -45,11 +49,21 @@ class FusedMatmuls:
         self.gemv, self.rows, self.ops = gemv_mod, rows_mod, ops
         self.max_rows = max_rows
         self.rope_epilogue = head_dim % 64 == 0  # the tensor-core tile (>= 64 rows) must lie inside one head
+        self.int4_prologues = dict(INT4_PROLOGUES)
+
+    def _int4_args(self, x, prologue, norm_weight, eps):
+        """The INT4 kernel's input and prologue: unchanged, or the prologue run first as its own kernel."""
+        if prologue == "none" or self.int4_prologues[prologue]:
+            return x, prologue
+        if prologue == "rmsnorm":
+            return self.ops.add_rmsnorm(x, None, norm_weight, eps)[0], "none"
+        return self.ops.silu_mul(x), "none"
 
     def linear(self, lin, x: torch.Tensor, prologue: str = "none", norm_weight=None, eps: float = 1e-6,
                residual=None) -> torch.Tensor:
         """``f(x) @ W.T (+ residual)``: ``x`` ``[M, K]`` (``[M, 2K]`` for "swiglu"), ``residual`` ``[M, N]``."""
         if isinstance(lin, Int4Linear):
+            x, prologue = self._int4_args(x, prologue, norm_weight, eps)
             return lin.fused(x, prologue, norm_weight, eps, residual)
         if x.shape[0] == 1:
             return self.gemv.gemv(x, lin.w, prologue, norm_weight, eps, residual)
@@ -64,7 +78,8 @@ class FusedMatmuls:
         if x.shape[0] == 1 and isinstance(lin, Dense):
             return self.gemv.gemv_qkv_rope(x, lin.w, norm_weight, eps, *rope)
         if x.shape[0] == 1 and self.rope_epilogue:
-            return lin.fused(x, "rmsnorm", norm_weight, eps, rope=rope)
+            x, prologue = self._int4_args(x, "rmsnorm", norm_weight, eps)
+            return lin.fused(x, prologue, norm_weight, eps, rope=rope)
         qkv = self.linear(lin, x, "rmsnorm", norm_weight, eps)
         return self.ops.qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_heads, n_kv)
 
