@@ -247,7 +247,7 @@ def rows_model_jobs(name: str, variants=None) -> list:
     jobs = []
     for impl, key, _mr, batches, verify_ts in variants or ROWS_VARIANTS[name]:
         kw = ROWS_ENGINES[key]
-        jobs += rows_engine_jobs(CONFIGS[name], set(batches) | set(verify_ts), bool(kw.get("w4a16")),
+        jobs += rows_engine_jobs(CONFIGS[name], set(batches) | set(verify_ts) | {64}, bool(kw.get("w4a16")),
                                  bool(kw.get("quantize_lm_head")), sep=impl.endswith("_sep"))
     return jobs
 
