@@ -198,18 +198,20 @@ def bench_model(name: str, floors: dict, rec: Recorder, backend: str, batches=(1
 # engine builds: name -> Engine.from_config keyword arguments
 ROWS_ENGINES = {"bf16": {}, "w4a16": {"w4a16": True, "w4a16_backend": "triton:tinygemm"},
                 "w4a16_lmhead": {"w4a16": True, "w4a16_backend": "triton:tinygemm", "quantize_lm_head": True}}
-# (impl, engine, max rows of the fused path (None: the default, 64), decode batches, verify T = k + 1); impls
-# ending in "_sep" run the INT4 prologues (RMSNorm, SwiGLU) as their own kernels (dispatch.INT4_PROLOGUES off)
+# (impl, engine, (min_rows, max_rows) of the fused path or None for dispatch.default_rows, INT4 prologues fused,
+# decode batches, verify T = k + 1). The 2026-12-01 run (results/kernels_h200.json) measured these under older
+# names: engine_bf16_rows was "engine_bf16" (then fused 1..64), engine_bf16 "engine_bf16_cublas_rows",
+# engine_w4a16_rows "engine_w4a16_sep" (1..64, prologues separate), engine_w4a16_fusedpro "engine_w4a16".
 ALL_M = (1, 2, 4, 8, 16, 32, 64)
 ROWS_VARIANTS = {
-    "qwen2-7b": [("engine_bf16", "bf16", None, ALL_M, (3, 5, 9)),
-                 ("engine_bf16_cublas_rows", "bf16", 1, (16, 64), (5, 9)),
-                 ("engine_w4a16_sep", "w4a16", None, ALL_M, (3, 5, 9)),
-                 ("engine_w4a16", "w4a16", None, (1, 4, 16, 64), (5, 9)),
-                 ("engine_w4a16_lmhead_sep", "w4a16_lmhead", None, (1,), ())],
-    "llama3-8b": [("engine_bf16", "bf16", None, (1, 16, 64), (9,)),
-                  ("engine_w4a16_sep", "w4a16", None, (1, 16, 64), (9,)),
-                  ("engine_w4a16", "w4a16", None, (1, 16), ())],
+    "qwen2-7b": [("engine_bf16", "bf16", None, False, ALL_M, (3, 5, 9)),
+                 ("engine_bf16_rows", "bf16", (1, 64), False, (2, 16, 64), (5, 9)),
+                 ("engine_w4a16", "w4a16", None, False, ALL_M, (3, 5, 9)),
+                 ("engine_w4a16_rows", "w4a16", (1, 64), False, (1,), (5,)),
+                 ("engine_w4a16_fusedpro", "w4a16", None, True, (4, 16), (5,)),
+                 ("engine_w4a16_lmhead", "w4a16_lmhead", None, False, (1, 16), ())],
+    "llama3-8b": [("engine_bf16", "bf16", None, False, (1, 16, 64), (9,)),
+                  ("engine_w4a16", "w4a16", None, False, (1, 16, 64), (9,))],
 }
 
 
@@ -218,7 +220,7 @@ def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: boo
     (``benchmarks.common.precompile`` jobs), with the configurations it will pick (``rows._BEST`` as tuned so far
     in this process, else defaults; the bf16 one-row GEMVs: every configuration its tuner tries, or the default).
     ``sep``: the INT4 matmuls run without their prologue (``dispatch.INT4_PROLOGUES`` off)."""
-    from workbench.kernels import gemv, rows
+    from workbench.kernels import gemv, rows, w4a16
 
     h, inter, d = c["hidden_size"], c["intermediate_size"], c["hidden_size"] // c["num_attention_heads"]
     nq = (c["num_attention_heads"] + 2 * c["num_key_value_heads"]) * d
@@ -231,6 +233,8 @@ def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: boo
             rope_d = d if (i == 0 and m == 1) else 0
             if kind == "int4" and sep:
                 pro = "none"
+            if kind == "int4" and m == 1:  # the CUDA-core GEMV the engine tunes for one-row steps
+                jobs += [("w4gemv", n, k, 1, "none", False, 0, cfg) for cfg in w4a16.CONFIGS]
             if kind == "dense" and m == 1:
                 cfgs = gemv.CONFIGS if tuned_one_row else [gemv.DEFAULT]
                 jobs += [("gemv", n, k, 1, pro, res, rope_d, cfg) for cfg in cfgs
@@ -245,10 +249,10 @@ def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: boo
 def rows_model_jobs(name: str, variants=None) -> list:
     """:func:`rows_engine_jobs` for every variant of :func:`bench_rows_model` on ``CONFIGS[name]``."""
     jobs = []
-    for impl, key, _mr, batches, verify_ts in variants or ROWS_VARIANTS[name]:
+    for _impl, key, _rows, fused_pro, batches, verify_ts in variants or ROWS_VARIANTS[name]:
         kw = ROWS_ENGINES[key]
         jobs += rows_engine_jobs(CONFIGS[name], set(batches) | set(verify_ts) | {64}, bool(kw.get("w4a16")),
-                                 bool(kw.get("quantize_lm_head")), sep=impl.endswith("_sep"))
+                                 bool(kw.get("quantize_lm_head")), sep=not fused_pro)
     return jobs
 
 
@@ -265,21 +269,23 @@ def bench_rows_model(name: str, floors: dict, rec: Recorder, variants=None, prom
     ctx = prompt_len + 3 + n_steps / 2
     out = []
     engines: dict = {}
-    for impl, key, max_rows, batches, verify_ts in variants:
+    for impl, key, rng, fused_pro, batches, verify_ts in variants:
         try:
             if key not in engines:
                 engines.clear()
                 gc.collect()
                 torch.cuda.empty_cache()
-                mb = max(b for _i, k2, _m, bs, _v in variants if k2 == key for b in bs)
+                mb = max(b for _i, k2, _r, _f, bs, _v in variants if k2 == key for b in bs)
                 engines[key] = Engine.from_config(hf_config(CONFIGS[name]), max_batch=mb,
                                                   max_seq=prompt_len + n_steps + 16, **ROWS_ENGINES[key])
             eng = engines[key]
-            sep = impl.endswith("_sep")
-            dispatch.INT4_PROLOGUES = {"rmsnorm": not sep, "swiglu": not sep}
-            eng.set_fused_gemv(True, max_rows=max_rows)
-            dispatch.INT4_PROLOGUES = {"rmsnorm": True, "swiglu": True}
-            base = {"model": name, "impl": impl, "fused_rows": eng.fused.max_rows if eng.fused else 0,
+            saved = dispatch.INT4_PROLOGUES
+            dispatch.INT4_PROLOGUES = {"rmsnorm": fused_pro, "swiglu": fused_pro}
+            lo, hi = rng or (None, None)
+            eng.set_fused_gemv(True, max_rows=hi, min_rows=lo)
+            dispatch.INT4_PROLOGUES = saved
+            base = {"model": name, "impl": impl,
+                    "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None,
                     "weight_bytes": eng.weight_bytes()}
             one = None
             for b in batches:

@@ -167,12 +167,18 @@ def bench(floors: dict, models=("qwen2-7b", "llama3-8b"), ms=MS, gemlite_s: floa
 
 
 def summary(rows_out) -> dict:
-    """Per model and M: the four block matmuls' summed us per kernel, and the speedup of each over cuBLAS bf16."""
-    out = {}
+    """Per model and M: the four block matmuls' summed us per kernel (kernels timed on all four only), and the
+    speedup of each over cuBLAS bf16."""
+    out, seen = {}, {}
     for r in rows_out:
         if "us" in r and r["shape"] != "lm_head":
-            d = out.setdefault(f"{r['model']} M={r['m']}", {})
+            key = f"{r['model']} M={r['m']}"
+            d = out.setdefault(key, {})
             d[r["impl"]] = d.get(r["impl"], 0.0) + r["us"]
+            seen.setdefault(key, {}).setdefault(r["impl"], set()).add(r["shape"])
+    for key, d in out.items():
+        for impl in [i for i in d if len(seen[key][i]) < 4]:
+            del d[impl]
     for d in out.values():
         base = d.get("cublas_bf16")
         for impl in list(d):

@@ -83,8 +83,9 @@ def _tiny_kernels() -> None:
     rows.INT4_CONFIGS[:] = rows.INT4_CONFIGS[:2]
     rows.DENSE_CONFIGS[:] = rows.DENSE_CONFIGS[:2]
     for name in D.ROWS_VARIANTS:
-        D.ROWS_VARIANTS[name] = [("engine_bf16", "bf16", None, (1, 5), (3,)), ("engine_w4a16", "w4a16", None, (1, 5), (3,)),
-                                 ("engine_w4a16_sep", "w4a16", None, (1, 5), ())]
+        D.ROWS_VARIANTS[name] = [("engine_bf16", "bf16", None, False, (1, 5), (3,)),
+                                 ("engine_w4a16", "w4a16", None, False, (1, 5), (3,)),
+                                 ("engine_w4a16_fusedpro", "w4a16", (1, 64), True, (1, 5), ())]
 
 
 def kernels_run(rec: Recorder, skip: set, models=("qwen2-7b", "llama3-8b"), tiny: bool = False) -> None:

@@ -52,10 +52,11 @@ def test_fused_steps_equal_unfused(w4a16):
     e = Engine.from_hf(m, **kw)
     assert e.set_fused_gemv(False) is False
     ref = _steps(e, ids)
-    assert e.set_fused_gemv(True) is True and e.fused.max_rows == 64
+    assert e.set_fused_gemv(True, max_rows=64, min_rows=1) is True and e.fused.max_rows == 64
     got = _steps(e, ids)
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4)
-    e.set_fused_gemv(True, max_rows=1)  # the one-row path alone
+    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16: 2..64 rows)
+    assert (e.fused.min_rows, e.fused.max_rows) == ((2, 64) if w4a16 else (1, 1))
     torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
 
 
@@ -67,7 +68,7 @@ def test_w4a16_fused_path_changes_nothing_but_the_kernels():
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(2)).to(DEV)
     kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "w4a16": "rtn", "group_size": 128}
     fused = Engine.from_hf(m, w4a16_backend="triton:dequant", **kw)
-    fused.set_fused_gemv(True)
+    fused.set_fused_gemv(True, min_rows=1)
     deq = Engine.from_hf(m, w4a16_backend="dequant", **kw)
     assert deq.set_fused_gemv(True) is False  # no fused kernel for the dequant backend: unfused, cleanly
     a, b = _steps(fused, ids), _steps(deq, ids)

@@ -19,6 +19,13 @@ G % 128 == 0)          (qkv with the RoPE epilogue)
 with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
 the epilogue of o and down. Steps of more rows (prefill) and models with a matmul no fused kernel takes (an o_proj
 bias, another INT4 backend) run the unfused path.
+
+Which rows take the fused path by default follows the H200 measurements (``benchmarks/RESULTS.md``, kernels
+section): bf16 models only ``M = 1`` (for 2..64 rows the engine's cuBLAS path measured faster than the fused
+tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qwen2-7B); W4A16 models ``2 <= M <=
+64`` with the INT4 prologues as their own kernels (:data:`INT4_PROLOGUES`), while one-row steps run the unfused
+path, whose CUDA-core INT4 GEMV is faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B / Llama-3-8B
+shape. ``Engine.set_fused_gemv(on, max_rows, min_rows)`` overrides the range.
 """
 
 from __future__ import annotations
@@ -36,18 +43,19 @@ TUNE = True  # time the bf16 one-row GEMVs when an engine turns the fused path o
 # run RMSNorm / SwiGLU inside the INT4 kernels (True) or as their own kernel before a plain INT4 GEMM (False):
 # every program of the tensor-core GEMM recomputes the prologue for its K range, which costs instructions the
 # INT4 kernel is short of (benchmarks/RESULTS.md compares both); read when the fused calls are built
-INT4_PROLOGUES = {"rmsnorm": True, "swiglu": True}
+INT4_PROLOGUES = {"rmsnorm": False, "swiglu": False}
 
 
 class FusedMatmuls:
     """The fused calls of a step: ``linear`` (one matmul with prologue / epilogue) and ``qkv_rope``.
 
-    ``max_rows``: steps of at most this many token rows use it (1: the one-row path only). ``ops``: the engine's
-    op set, for the multi-row RoPE / KV write. Built by :func:`build`."""
+    Steps of ``min_rows`` to ``max_rows`` token rows use it (``max_rows`` 1: the one-row path only). ``ops``: the
+    engine's op set, for the multi-row RoPE / KV write and the INT4 prologues run as their own kernels. Built by
+    :func:`build`."""
 
-    def __init__(self, gemv_mod, rows_mod, ops, max_rows: int, head_dim: int):
+    def __init__(self, gemv_mod, rows_mod, ops, max_rows: int, head_dim: int, min_rows: int = 1):
         self.gemv, self.rows, self.ops = gemv_mod, rows_mod, ops
-        self.max_rows = max_rows
+        self.min_rows, self.max_rows = min_rows, max_rows
         self.rope_epilogue = head_dim % 64 == 0  # the tensor-core tile (>= 64 rows) must lie inside one head
         self.int4_prologues = dict(INT4_PROLOGUES)
 
@@ -90,11 +98,18 @@ def _max_rows(lin) -> int:
     return ROWS_MAX if isinstance(lin, Dense) else 0
 
 
-def build(engine, max_rows: int | None = None, tune: bool | None = None) -> FusedMatmuls | None:
+def default_rows(weights) -> tuple[int, int]:
+    """``(min_rows, max_rows)`` of the fused path by default: ``(2, 64)`` if any matmul is W4A16, else ``(1, 1)``
+    (see the module docstring)."""
+    return (2, ROWS_MAX) if any(isinstance(m, Int4Linear) for m in weights.matmuls()) else (1, 1)
+
+
+def build(engine, max_rows: int | None = None, tune: bool | None = None,
+          min_rows: int | None = None) -> FusedMatmuls | None:
     """The fused calls for ``engine``'s weights, or None where they do not apply: off CUDA (unless
     ``TRITON_INTERPRET=1``, for tests), triton missing, an o_proj bias, a head_dim without a power-of-two divisor
-    >= 4 (the one-row RoPE tile), or a matmul without a fused kernel. ``max_rows`` (default 64) caps the rows;
-    it is cut to what every matmul takes. With ``tune`` (default :data:`TUNE`) on CUDA the bf16 one-row GEMVs are
+    >= 4 (the one-row RoPE tile), or a matmul without a fused kernel. ``min_rows`` / ``max_rows`` (default
+    :func:`default_rows`) bound the rows of the steps that use it; ``max_rows`` is cut to what every matmul takes. With ``tune`` (default :data:`TUNE`) on CUDA the bf16 one-row GEMVs are
     timed for this model's shapes (outside graph capture); if that fails the fused path is off (a warning says
     why)."""
     w, spec = engine.w, engine.spec
@@ -102,15 +117,17 @@ def build(engine, max_rows: int | None = None, tune: bool | None = None) -> Fuse
         return None
     if any(lw.bo is not None for lw in w.layers) or spec.head_dim % 4:
         return None
-    rows_cap = min([ROWS_MAX if max_rows is None else max_rows] + [_max_rows(m) for m in w.matmuls()])
-    if rows_cap < 1:
+    lo, hi = default_rows(w)
+    lo = lo if min_rows is None else max(1, min_rows)
+    rows_cap = min([hi if max_rows is None else max_rows] + [_max_rows(m) for m in w.matmuls()])
+    if rows_cap < lo:
         return None
     try:
         from workbench.kernels import gemv, rows
     except ImportError:
         return None
-    fz = FusedMatmuls(gemv, rows, engine.ops, rows_cap, spec.head_dim)
-    if (TUNE if tune is None else tune) and engine.device.type == "cuda":
+    fz = FusedMatmuls(gemv, rows, engine.ops, rows_cap, spec.head_dim, lo)
+    if (TUNE if tune is None else tune) and engine.device.type == "cuda" and lo == 1:
         try:
             _tune_one_row(engine, gemv)
         except Exception as e:  # noqa: BLE001 - a GPU/Triton combination it does not compile for

@@ -119,15 +119,15 @@ class Engine:
         """The fused calls in use (:class:`~workbench.engine.dispatch.FusedMatmuls`), or None."""
         return self.fused
 
-    def set_fused_gemv(self, on: bool, max_rows: int | None = None) -> bool:
-        """Run steps of at most ``max_rows`` (default 64) token rows through the fused kernels of
-        :mod:`workbench.engine.dispatch` (RMSNorm, SwiGLU, residual adds and, for one row, RoPE + KV write inside
-        the matmuls) if ``on`` and the model allows it; ``max_rows=1`` keeps only the one-row path. Returns
-        whether they are now in use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph
+    def set_fused_gemv(self, on: bool, max_rows: int | None = None, min_rows: int | None = None) -> bool:
+        """Run steps of ``min_rows`` to ``max_rows`` token rows (default :func:`~workbench.engine.dispatch.
+        default_rows`: bf16 1..1, W4A16 2..64) through the fused kernels of :mod:`workbench.engine.dispatch`
+        (RMSNorm, SwiGLU, residual adds and, for one row, RoPE + KV write inside the matmuls) if ``on`` and the
+        model allows it. Returns whether they are now in use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph
         capture) and drops captured graphs, which keep the old choice. On CPU they run only under
         ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
-        self.fused = dispatch.build(self, max_rows) if on else None
+        self.fused = dispatch.build(self, max_rows, min_rows=min_rows) if on else None
         return self.fused is not None
 
     # ------------------------------------------------------------------ construction
@@ -301,7 +301,7 @@ class Engine:
         scale = 1.0 / math.sqrt(d)
         # steps of few rows on CUDA: RMSNorm, SwiGLU and the residual adds run inside the matmuls
         # (workbench.engine.dispatch), and x carries the residual stream itself
-        fz = self.fused if self.fused is not None and n <= self.fused.max_rows else None
+        fz = self.fused if self.fused is not None and self.fused.min_rows <= n <= self.fused.max_rows else None
         eps = s.rms_eps
         for li, lw in enumerate(self.w.layers):
             kc, vc = self.k_cache[li], self.v_cache[li]

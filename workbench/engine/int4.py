@@ -32,6 +32,8 @@ KERNELS = ("tinygemm", "gemlite", "triton")  # "triton" handles few rows only
 SMALL_M = 1  # rows up to which the CUDA-core Triton GEMV is used where the tensor-core GEMM does not apply
 # (H200: it beats tinygemm at M = 1 only, benchmarks/RESULTS.md)
 ROWS_MAX = 64  # rows up to which the tensor-core GEMM is used (workbench.kernels.rows.ROWS_MAX)
+ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: on the H200 it beats the tensor-core
+# GEMM at M = 1 on every Qwen2-7B / Llama-3-8B matmul (e.g. gate_up 32.0 vs 36.6 us; benchmarks/RESULTS.md)
 LARGE = ("tinygemm", "gemlite", "dequant")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite", "triton:dequant")
 
@@ -158,14 +160,19 @@ class Int4Linear:
     def warmup(self, max_m: int = 4) -> None:
         """Tune (and compile) the CUDA-core Triton GEMV for every row count 1..``max_m`` now, outside graph
         capture, so that a later capture uses tuned configurations. No-op for other backends, off CUDA, or where
-        the tensor-core GEMM applies (it launches a default configuration unless :func:`rows.tune` ran)."""
-        if self.small != "triton" or self.tc or self.qw.device.type != "cuda":
+        the tensor-core GEMM takes one-row calls too (it launches a default configuration unless
+        :func:`workbench.kernels.rows.tune` ran)."""
+        if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV):
             return
         from workbench.kernels import w4a16
 
         for m in range(1, min(max_m, SMALL_M) + 1):
             if (self.out_features, self.in_features, m) not in w4a16._BEST:
                 self._tune(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
+
+    def _gemv_ok(self) -> bool:
+        g = self.group_size
+        return g >= 32 and not g & (g - 1)
 
     def fused_max_rows(self) -> int:
         """Rows up to which :meth:`fused` runs (0: no fused kernel for this weight)."""
@@ -189,7 +196,7 @@ class Int4Linear:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         kernel = self.small if x.shape[0] <= self.small_rows else self.large
-        if kernel == "triton" and self.tc:
+        if kernel == "triton" and self.tc and not (x.shape[0] == 1 and ONE_ROW_GEMV and self._gemv_ok()):
             return self.fused(x)
         if kernel == "triton":
             from workbench.kernels import w4a16
