@@ -14,13 +14,8 @@ Target Qwen2-7B and draft Qwen2-0.5B, random init (as in ``benchmarks/run_all.py
 
 from __future__ import annotations
 
-<<<<<<< HEAD
-from benchmarks.bench_decode import decode_floor_ms, engine_decode_ms_per_token
-from benchmarks.bench_spec import bench_spec, check_device_loop, verify_ms
-=======
 from benchmarks.bench_decode import decode_floor_ms, engine_decode_ms_per_token, verify_ms
-from benchmarks.bench_spec import bench_spec
->>>>>>> kernels
+from benchmarks.bench_spec import bench_spec, check_device_loop
 from benchmarks.check_gpu import check_engine
 from benchmarks.common import CONFIGS, QWEN2_0_5B, Recorder, environment, hf_config, measure_floors
 from benchmarks.run_all import guarded
