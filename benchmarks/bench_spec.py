@@ -1,120 +1,109 @@
-"""Speculative decoding with synthetic acceptance: realized vs theoretical speedup on the engine.
+"""Speculative decoding on the engine: realized vs theoretical speedup, through the package's loop.
 
-Each draft token is accepted with a fixed probability alpha, independently, until the first
-rejection (vLLM's synthetic rejection sampler), so no trained draft/target pair is needed; the
-draft and target still run their real forwards (draft: k decode steps; target: one verify step of
-k + 1 tokens), their KV caches are rolled back exactly as in a real run.
+Every run is ``workbench.spec.speculative_generate`` on two ``Engine`` slot runners, so it takes the
+device-resident loop of ``workbench.spec.fast`` (draft steps and the verify step replay CUDA graphs,
+draft tokens stay on the GPU, one host synchronization per step, KV rollback by ``truncate``).
 
-Theory (Leviathan et al. 2023, arXiv 2211.17192, eq. 1 and Theorem 3.8): expected tokens per step
-``(1 - alpha^(k+1)) / (1 - alpha)``, cost per step ``k c + 1`` target-step units, so the speedup is
-``(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))`` with ``c`` = draft step time / target step time.
+Random-init models (the 7B/0.5B shapes of ``benchmarks.common``) make no real draft: two random
+models agree on almost nothing. For them the acceptance test is the named what-if
+``acceptance="synthetic"`` (``SpecConfig``): each tested draft token is accepted with probability
+alpha, independently, until the first rejection (vLLM ``rejection_sample_method="synthetic"``), the
+recovered and bonus tokens are drawn as in the exact rule. Every row says ``acceptance``; synthetic
+rows measure what a draft of that alpha would buy on this hardware, not what a real draft does
+(``benchmarks/spec_table.py`` runs real drafts with ``acceptance="rejection"``).
+
+Theory (Leviathan et al. 2023, arXiv 2211.17192, Eq. 1 and Theorem 3.8; ``workbench.spec.theory``):
+expected tokens per step ``(1 - alpha^(k+1)) / (1 - alpha)``, cost per step ``k c + 1`` target-step
+units, speedup ``(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))`` with ``c`` = draft step / target step.
 """
 
 from __future__ import annotations
 
-import random
+import time
+import warnings
 
 import torch
 
-from benchmarks.bench_decode import engine_decode_ms_per_token
-from benchmarks.common import Stopwatch
+from benchmarks.bench_decode import engine_decode_ms_per_token, verify_ms
 from workbench.engine import Engine
+from workbench.spec import SpecConfig, autoregressive_generate, speculative_generate
+from workbench.spec.theory import expected_tokens_per_step, speedup
 
 
-def theoretical_speedup(alpha: float, k: int, c: float, verify_cost: float = 1.0) -> float:
-    """``(1 - alpha^(k+1)) / ((1 - alpha)(k c + verify_cost))`` (Leviathan et al. 2023, Thm 3.8)."""
-    return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + verify_cost))
+def spec_run(target: Engine, draft: Engine, config: SpecConfig, prompt_len: int = 64, seed: int = 0) -> dict:
+    """One speculative generation on slot 0 of both engines after a warm-up generation (which
+    captures the draft graphs for T = 1, 2 and the verify graph for T = k + 1). Returns wall ``ms`` of
+    the decoding loop, ``tokens``, ``steps``, the measured ``alpha``, ``tau`` and the ``loop`` that ran.
+    Raises ``ValueError`` when the engines' vocabularies differ (build the draft with the target's)."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(100, 1000, (prompt_len,), generator=g).tolist()
+    t_run, d_run = target.runner(0), draft.runner(0)
+    warm = SpecConfig(**{**config.to_row(), "max_new_tokens": 3 * (config.k + 1)})
+    speculative_generate(t_run, d_run, prompt, config=warm, clock=time.perf_counter)
+    out = speculative_generate(t_run, d_run, prompt, config=config, clock=time.perf_counter)
+    st = out.stats
+    return {"ms": out.decode_s * 1e3, "tokens": len(out.tokens), "steps": st.num_drafts, "alpha": st.alpha,
+            "tau": st.tau, "loop": out.loop}
 
 
-def synthetic_spec_ms(target: Engine, draft: Engine, alpha: float, k: int, n_tokens: int = 192,
-                      prompt_len: int = 64, seed: int = 0) -> dict:
-    """Run speculative decoding on slot 0 of both engines until ``n_tokens`` are emitted.
+def bench_spec(target: Engine, draft: Engine, alphas=(0.6, 0.8, 0.9), ks=(2, 4, 6, 8), n_tokens: int = 400,
+               acceptance: str = "synthetic", temperature: float = 0.0) -> list:
+    """One row per (alpha, k) with ``acceptance="synthetic"`` (per k with ``"rejection"``: alpha is then
+    measured): realized and theoretical speedups over plain engine decoding, column ``acceptance``.
 
-    Invariant: both caches hold the committed sequence except its last token ``last``. A step: the
-    draft feeds its pending tokens (1, or 2 after a fully accepted step) and proposes d_1..d_k
-    greedily (k forwards); the target verifies ``[last, d_1..d_k]`` in one forward; n ~ accepted
-    count; the target's argmax after the n-th accepted token is the bonus token; both caches are
-    truncated to the committed prefix. Returns wall ms, tokens, steps.
-    """
-    rng = random.Random(seed)
-    dev = target.device
-    vocab = min(target.vocab_size, draft.vocab_size)  # Qwen2-7B pads to 152064, 0.5B to 151936
-    target.reset()
-    draft.reset()
-    prompt = torch.randint(100, 1000, (1, prompt_len), device=dev)
-    target.extend_batch([0], prompt[:, :-1], logits="last")
-    draft.extend_batch([0], prompt[:, :-1], logits="last")
-    base = prompt_len - 1  # committed tokens in both caches
-    last = prompt[:, -1:]  # [1, 1]
-    pending = last
-    emitted = steps = 0
-
-    def run_steps(n_tok: int) -> tuple[int, int]:
-        nonlocal base, last, pending
-        em = st = 0
-        while em < n_tok:
-            drafts = []
-            inp = pending
-            for _ in range(k):
-                tok = draft.extend_batch([0], inp)[:, -1].argmax(-1, keepdim=True)  # [1, 1]
-                drafts.append(tok)
-                inp = tok
-            logits = target.extend_batch([0], torch.cat([last] + drafts, dim=1))  # [1, k+1, V]
-            n = 0
-            while n < k and rng.random() < alpha:
-                n += 1
-            bonus = logits[:, n, :vocab].argmax(-1, keepdim=True)  # a token both models embed
-            target.truncate_slot(0, base + 1 + n)
-            if n < k:
-                draft.truncate_slot(0, base + 1 + n)
-                pending = bonus
-            else:  # the draft never fed d_k: feed it with the bonus next step
-                pending = torch.cat([drafts[-1], bonus], dim=1)
-            base += 1 + n
-            last = bonus
-            em += n + 1
-            st += 1
-        return em, st
-
-    run_steps(3 * (k + 1))  # warm-up: captures the draft (T=1, 2) and verify (T=k+1) graphs
-    sw = Stopwatch().start()
-    emitted, steps = run_steps(n_tokens)
-    ms = sw.stop()
-    return {"ms": ms, "tokens": emitted, "steps": steps}
-
-
-def verify_ms(eng: Engine, t: int, n: int = 30, prompt_len: int = 64) -> float:
-    """ms of one T-token step on slot 0 (graph replay), cache rolled back after each."""
-    eng.reset()
-    eng.extend_batch([0], torch.randint(100, 1000, (1, prompt_len), device=eng.device), logits="last")
-    toks = torch.randint(100, 1000, (1, t), device=eng.device)
-    for _ in range(3):
-        eng.extend_batch([0], toks)
-        eng.truncate_slot(0, prompt_len)
-    sw = Stopwatch().start()
-    for _ in range(n):
-        eng.extend_batch([0], toks)
-        eng.truncate_slot(0, prompt_len)
-    return sw.stop() / n
-
-
-def bench_spec(target: Engine, draft: Engine, alphas=(0.6, 0.8, 0.9), ks=(2, 4, 6, 8), n_tokens=400) -> list:
-    """One row per (alpha, k): realized and theoretical speedups over plain engine decoding."""
+    ``target``/``draft``: engines with one vocabulary and ``max_seq`` >= 64 + n_tokens + k + 2."""
     t_ms = engine_decode_ms_per_token(target, 1, 64, 64)
     d_ms = engine_decode_ms_per_token(draft, 1, 64, 64)
     c = d_ms / t_ms
     rows = []
     for k in ks:
         v = verify_ms(target, k + 1) / t_ms
-        for alpha in alphas:
-            r = synthetic_spec_ms(target, draft, alpha, k, n_tokens)
+        for alpha in (alphas if acceptance == "synthetic" else (None,)):
+            cfg = SpecConfig(k=k, temperature=temperature, max_new_tokens=n_tokens, acceptance=acceptance,
+                             synthetic_alpha=alpha)
+            r = spec_run(target, draft, cfg)
+            a = alpha if alpha is not None else min(max(r["alpha"], 0.0), 1.0)
             realized = t_ms * r["tokens"] / r["ms"]
-            theory = theoretical_speedup(alpha, k, c)
-            tau = r["tokens"] / r["steps"]
-            rows.append({"alpha": alpha, "k": k, "c": c, "target_ms": t_ms, "draft_ms": d_ms,
-                         "verify_cost": v, "tau": tau, "ratio_at_realized_tau": realized / (tau / (k * c + 1)),
-                         "tau_expected": (1 - alpha ** (k + 1)) / (1 - alpha),
+            theory = speedup(a, k, c)
+            rows.append({"acceptance": acceptance, "alpha": a, "alpha_measured": r["alpha"], "k": k, "c": c,
+                         "target_ms": t_ms, "draft_ms": d_ms, "verify_cost": v, "tau": r["tau"],
+                         "ratio_at_realized_tau": realized / (r["tau"] / (k * c + 1)),
+                         "tau_expected": expected_tokens_per_step(a, k), "loop": r["loop"],
                          "spec_ms_per_token": r["ms"] / r["tokens"], "realized_speedup": realized,
                          "theoretical_speedup": theory, "ratio": realized / theory,
-                         "theory_with_verify_cost": theoretical_speedup(alpha, k, c, v)})
+                         "theory_with_verify_cost": speedup(a, k, c, v)})
     return rows
+
+
+def check_device_loop(n_new: int = 64, k: int = 4, device: str = "cuda") -> dict:
+    """GPU check of the device loop on two random float32 engines (hidden 256, 4 and 2 layers, one
+    vocabulary): greedy speculative tokens against plain greedy decoding through the same target
+    engine (``greedy_equal``, and the length of the equal prefix), the loop that ran, and the host
+    synchronizations per speculative step counted by ``torch.cuda.set_sync_debug_mode("warn")``
+    (the design has one per step; the confidence policy adds one per draft token; CUDA only)."""
+    cfg = {"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 512,
+           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2}
+    target = Engine.from_config(cfg, max_seq=256, dtype=torch.float32, device=device, seed=1)
+    draft = Engine.from_config({**cfg, "num_hidden_layers": 2}, max_seq=256, dtype=torch.float32, device=device,
+                               seed=2)
+    prompt = torch.randint(0, 4096, (32,), generator=torch.Generator().manual_seed(0)).tolist()
+    plain = autoregressive_generate(target.runner(0), prompt, max_new_tokens=n_new).tokens
+    spec = speculative_generate(target.runner(0), draft.runner(0), prompt, k=k, max_new_tokens=n_new)
+    prefix = next((i for i, (a, b) in enumerate(zip(plain, spec.tokens)) if a != b), min(len(plain), len(spec.tokens)))
+    out = {"greedy_equal": spec.tokens == plain, "equal_prefix": prefix, "n_new": n_new, "loop": spec.loop}
+    for temperature in (0.0, 1.0) if target.device.type == "cuda" else ():
+        speculative_generate(target.runner(0), draft.runner(0), prompt, k=k, temperature=temperature, max_new_tokens=8)
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                res = speculative_generate(target.runner(0), draft.runner(0), prompt, k=k, temperature=temperature,
+                                           max_new_tokens=n_new)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = [str(w.message)[:120] for w in caught if "synchroniz" in str(w.message)]
+        out[f"T{temperature:g}"] = {"steps": res.stats.num_drafts, "syncs": len(syncs),
+                                    "syncs_per_step": len(syncs) / max(res.stats.num_drafts, 1),
+                                    "first_syncs": syncs[:3]}
+    return out

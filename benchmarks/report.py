@@ -46,11 +46,11 @@ def int4_table(d: dict) -> str:
 
 
 def spec_table(d: dict) -> str:
-    rows = [[r["alpha"], r["k"], f"{r['c']:.3f}", f"{r['verify_cost']:.3f}", f"{r['tau']:.2f}",
+    rows = [[r.get("acceptance", "synthetic"), r["alpha"], r["k"], f"{r['c']:.3f}", f"{r['verify_cost']:.3f}", f"{r['tau']:.2f}",
              f"{r['tau_expected']:.2f}", f"{r['spec_ms_per_token']:.2f}", f"{r['realized_speedup']:.3f}",
              f"{r['theoretical_speedup']:.3f}", f"{r['ratio']:.3f}", f"{r['ratio_at_realized_tau']:.3f}"]
             for r in d.get("spec", [])]
-    return _t(["alpha", "k", "c", "verify/decode", "tau", "E[tau]", "ms/token", "realized", "theory",
+    return _t(["acceptance", "alpha", "k", "c", "verify/decode", "tau", "E[tau]", "ms/token", "realized", "theory",
                "realized/theory", "same at realized tau"], rows)
 
 

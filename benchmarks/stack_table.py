@@ -41,12 +41,12 @@ def builtin_alpha(device: str, k: int, n_prompts: int, gen_len: int) -> dict | N
     not load here."""
     from workbench.data import load_prompts
     from workbench.engine import Engine
-    from workbench.models import BUILTINS, PROVENANCE_FILE, ModelNotAvailableError, cache_dir, load_model
+    from workbench.models import BUILTINS, ModelNotAvailableError, cache_dir, cached_copies, load_model
     from workbench.spec import encode_prompts, make_draft
     from workbench.stack.batch1 import measure_acceptance
 
-    gguf = cache_dir() / "gguf" / Path(BUILTINS["smollm2-135m"].gguf_member).name
-    if not (cache_dir() / "models" / "smollm2-135m" / PROVENANCE_FILE).exists() and not gguf.exists():
+    b = BUILTINS["smollm2-135m"]
+    if not cached_copies(b) and not (cache_dir() / "gguf" / Path(b.gguf_member).name).exists():
         print(f"# built-in model not cached here; alpha from {ALPHA_FILE.name}", flush=True)  # (no download)
         return None
     try:

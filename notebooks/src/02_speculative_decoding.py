@@ -13,7 +13,7 @@
 # draft token `x ~ q` with probability `min(1, p(x)/q(x))`; at the first rejection it resamples from
 # `norm(max(0, p − q))`, and when all `k` pass it adds a **bonus** token from `p` (Leviathan et al. 2023,
 # arXiv 2211.17192; Chen et al. 2023, arXiv 2302.01318). The output follows the target's distribution
-# exactly (the tests check it with a chi-square test over 100,000 samples).
+# exactly (the tests check it with chi-square tests, the bonus token included).
 #
 # Terms, as vLLM counts them — published figures often mix the first two up:
 #
@@ -24,63 +24,77 @@
 #   Theory: `tau = (1 − alpha^(k+1)) / (1 − alpha)`; speedup `= tau / (k·c + 1)` with `c` = draft step
 #   cost / target step cost.
 #
-# > **On this CPU the times are indicative.** They are CPU time of this process (robust to other jobs),
-# > through the same `HFRunner` for plain and speculative decoding. Quantized self-drafts run dequantized
-# > weights here, so their `c ≈ 1` and they cannot pay off (theory agrees: `tau / (k + 1) < 1`); they
-# > show how alignment falls with bits. The verify forward of `k + 1` tokens also costs more than one
-# > decode step on a CPU (`verify_cost` column); on a GPU it costs about the same.
+# > **Where it runs.** The study runs where the model is: `WB_DEVICE=auto` takes CUDA when present. Every
+# > timing goes through the engine (`workbench.engine.Engine`: static KV cache; on CUDA, CUDA graphs for the
+# > draft steps and the `k + 1`-token verify step) and the device-resident speculative loop
+# > (`workbench.spec.fast`: draft tokens sampled and fed back on the device, one host synchronization per
+# > step), the same code on the CPU and the GPU (`loop` column). On a CPU the times are indicative: CPU time
+# > of this process (robust to other jobs); the quantized self-drafts run dequantized weights, so their
+# > `c ≈ 1` and they cannot pay off there (theory agrees: `tau / (k + 1) < 1`); they show how alignment
+# > falls with bits, and the verify forward of `k + 1` tokens costs more than one decode step
+# > (`verify_cost` column). On a GPU the verify step costs about one decode step.
 
 # %% tags=["parameters"]
 import os
 
 SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")
-N_PROMPTS = int(os.getenv("WB_N_PROMPTS", 2 if SMOKE else 12))  # Spec-Bench, stratified by category
-MAX_NEW = int(os.getenv("WB_MAX_NEW", 6 if SMOKE else 24))  # new tokens per prompt
-DRAFTS = os.getenv("WB_DRAFTS", "int4,distilled" if SMOKE else "int8,int4,int3,distilled").split(",")
-KS = [int(k) for k in os.getenv("WB_KS", "2" if SMOKE else "1,2,4,6").split(",")]
-K_POLICY = int(os.getenv("WB_K_POLICY", 2 if SMOKE else 4))  # k for the policy comparison
-TEMPS = [float(t) for t in os.getenv("WB_TEMPS", "0,0.7").split(",")]
-DISTILL_STEPS = int(os.getenv("WB_DISTILL_STEPS", 5 if SMOKE else 150))
-DISTILL_CHARS = int(os.getenv("WB_DISTILL_CHARS", 60_000 if SMOKE else 0))  # 0 = all of WikiText-2 valid
-MAX_PROMPT_TOKENS = int(os.getenv("WB_MAX_PROMPT_TOKENS", 128))
-SEED = int(os.getenv("WB_SEED", 0))
+DEVICE = os.getenv("WB_DEVICE", "auto")  # auto: CUDA when present, else CPU
+DTYPE = os.getenv("WB_DTYPE", "auto")  # auto: bfloat16 on CUDA, float32 on CPU
+GRID = os.getenv("WB_SPEC_GRID", "smoke" if SMOKE else "demo")  # a name in workbench.spec.SPEC_GRIDS
+N_PROMPTS = os.getenv("WB_N_PROMPTS")  # each of these, when set, overrides the grid's value
+MAX_NEW = os.getenv("WB_MAX_NEW")
+KS = os.getenv("WB_KS")  # comma list, e.g. "1,2,4"
+DRAFTS = os.getenv("WB_DRAFTS")  # comma list of make_draft names, e.g. "int4,distilled"
+DISTILL_STEPS = os.getenv("WB_DISTILL_STEPS")
+PROMPTS_PER_POINT = int(os.getenv("WB_PROMPTS_PER_POINT", 4))  # results-store point size (resume grain)
 
 # %%
 import time
 
-import pandas as pd
 import torch
 from IPython.display import display
 
 from workbench.data import load_prompts, load_text
 from workbench.models import load_model
 from workbench.notebook import setup
-from workbench.spec import SpecConfig, encode_prompts, make_draft, plots, run_spec, summarize_spec, theory
+from workbench.spec import SpecGrid, encode_prompts, make_draft, plots, run_spec_sweep, summarize_spec, theory
 from workbench.spec.widgets import explorer
 
 setup()
-torch.set_num_threads(1)
-torch.manual_seed(SEED)
 
 # %% [markdown]
 # ## Target, prompts and drafts
 #
-# Drafts: RTN self-drafts (`int8` per channel, `int4`/`int3` groups of 64, through `workbench.quant`) and a
-# **distilled** draft: 2 decoder layers (initialised from the target's first and last layers) sharing the
-# target's embeddings and head, trained on the target's logits with KL(p‖q) on WikiText-2 valid. Any hub
+# The grid is the named preset `GRID` (`SpecGrid.from_name`; `benchmarks/spec_table.py` uses the same
+# presets). Drafts: RTN self-drafts (`int8` per channel, `int4`/`int3` groups of 64, through `workbench.quant`)
+# and a **distilled** draft: 2 decoder layers (initialised from the target's first and last layers) sharing
+# the target's embeddings and head, trained on the target's logits with KL(p‖q) on WikiText-2 valid. Any hub
 # pair with one tokenizer works the same way (`make_draft(target, "Qwen/Qwen2.5-0.5B-Instruct", tok)`
 # checks the tokenizers).
 
 # %%
-target, tok = load_model(MODEL)
-prompts = load_prompts("spec-bench", n=N_PROMPTS, seed=SEED)
-prompts = encode_prompts(tok, prompts, max_prompt_tokens=MAX_PROMPT_TOKENS)
+grid = SpecGrid.from_name(GRID, n_prompts=int(N_PROMPTS) if N_PROMPTS else None,
+                          max_new_tokens=int(MAX_NEW) if MAX_NEW else None,
+                          ks=tuple(int(k) for k in KS.split(",")) if KS else None,
+                          drafts=tuple(DRAFTS.split(",")) if DRAFTS else None,
+                          distill_steps=int(DISTILL_STEPS) if DISTILL_STEPS else None)
+print(grid)
+
+# %%
+device = ("cuda" if torch.cuda.is_available() else "cpu") if DEVICE == "auto" else DEVICE
+dtype = ("bfloat16" if device.startswith("cuda") else "float32") if DTYPE == "auto" else DTYPE
+clock = time.perf_counter if device.startswith("cuda") else time.process_time  # wall on GPU, CPU time on CPU
+target, tok = load_model(MODEL, dtype=dtype, device=device)
+prompts = load_prompts("spec-bench", n=grid.n_prompts, seed=grid.seed)
+prompts = encode_prompts(tok, prompts, max_prompt_tokens=grid.max_prompt_tokens)
 text = load_text("wikitext-2", "valid")
-text = text[:DISTILL_CHARS] if DISTILL_CHARS else text
-distill_kw = {"steps": DISTILL_STEPS, "tokenizer": tok, "text": text, "eval_every": max(1, DISTILL_STEPS // 10)}
-built = {name: make_draft(target, name, tok, distill_kwargs=distill_kw) for name in DRAFTS}
-drafts = {name: model for name, (model, info) in built.items()}
+text = text[: grid.distill_chars] if grid.distill_chars else text
+distill_kw = {"steps": grid.distill_steps, "tokenizer": tok, "text": text, "seed": grid.seed,
+              "eval_every": max(1, grid.distill_steps // 10)}
+built = {name: make_draft(target, name, tok, distill_kwargs=distill_kw) for name in grid.drafts}
+print(f"target {MODEL} on {device} ({dtype}); grid {GRID}: {len(grid.configs())} configs x {len(built)} drafts "
+      f"x {len(prompts)} prompts")
 prompts[["prompt_id", "category", "n_prompt"]]
 
 # %% [markdown]
@@ -96,19 +110,17 @@ if "distilled" in built:
 
 # %% [markdown]
 # ## The grid
-# Static `k` over `KS`, plus the HF heuristic (+2 after a fully accepted step, −1 otherwise) and the
-# confidence policy (stop drafting when the draft's `q(x) < 0.4`) at `K_POLICY`, each at every
-# temperature. Everything is computed once; the charts and sliders below only filter it.
+# Static `k` over the grid's `ks`, plus the HF heuristic (+2 after a fully accepted step, −1 otherwise) and the
+# confidence policy (stop drafting when the draft's `q(x) < 0.4`) at `k_policy`, each at every temperature.
+# Everything is computed once and stored point by point in the results store (`data/results/`): re-running
+# this cell after an interruption computes only the missing points. The charts and sliders below only filter it.
 
 # %%
-configs = [SpecConfig(k=k, temperature=t, max_new_tokens=MAX_NEW, seed=SEED) for t in TEMPS for k in KS]
-configs += [SpecConfig(k=K_POLICY, temperature=t, policy=p, max_new_tokens=MAX_NEW, seed=SEED)
-            for t in TEMPS for p in ("heuristic", "confidence")]
-configs += [SpecConfig(k=K_POLICY, temperature=t, max_new_tokens=MAX_NEW, seed=SEED)
-            for t in TEMPS if K_POLICY not in KS]
+name = f"nb02_{MODEL.replace('/', '_')}_{GRID}_{device.replace(':', '')}_{dtype}"
 t0 = time.perf_counter()
-df = run_spec(target, drafts, prompts, configs, clock=time.process_time, progress=not SMOKE)
-print(f"{len(df)} runs in {time.perf_counter() - t0:.0f} s")
+df = run_spec_sweep(target, built, prompts, grid.configs(), name=name, prompts_per_point=PROMPTS_PER_POINT,
+                    clock=clock, seed=grid.seed)
+print(f"{len(df)} runs ({time.perf_counter() - t0:.0f} s now); loop: {sorted(df.loop.unique())}, device {device}")
 summary = summarize_spec(df)
 cols = ["draft", "temperature", "policy", "k", "n_prompts", "kl_pq", "alpha_pred", "alpha", "alpha_lo",
         "alpha_hi", "tau", "tau_lo", "tau_hi", "tau_theory", "c", "verify_cost", "speedup", "speedup_theory"]
@@ -116,11 +128,11 @@ summary[cols].round(3)
 
 # %% [markdown]
 # ## Tokens per step and acceptance by position
-# Static policy, `k = K_POLICY`, greedy. A step emits between 1 (first draft rejected; the resampled token)
+# Static policy, `k = k_policy`, greedy. A step emits between 1 (first draft rejected; the resampled token)
 # and `k + 1` tokens (all accepted plus the bonus).
 
 # %%
-static_k = df[(df.policy == "static") & (df.k == K_POLICY) & (df.temperature == TEMPS[0])]
+static_k = df[(df.policy == "static") & (df.k == grid.k_policy) & (df.temperature == grid.temperatures[0])]
 static_k = static_k if len(static_k) else df[df.policy == "static"]
 plots.plot_tokens_per_step(static_k).show()
 plots.plot_acceptance_per_pos(static_k).show()
@@ -143,16 +155,16 @@ by_draft[["draft", "temperature", "kl_pq", "kl_qp", "tv", "alpha_pred", "alpha",
 # decode step (the theory assumes it costs the same).
 
 # %%
-plots.plot_theory_vs_k(summary, "tau", k_max=max(KS) + 2).show()
-plots.plot_theory_vs_k(summary, "speedup", k_max=max(KS) + 2).show()
+plots.plot_theory_vs_k(summary, "tau", k_max=max(grid.ks) + 2).show()
+plots.plot_theory_vs_k(summary, "speedup", k_max=max(grid.ks) + 2).show()
 
 # %% [markdown]
 # ## Policies side by side
-# Same drafts, `k = K_POLICY` as the static budget, the heuristic's start value and the confidence cap.
+# Same drafts, `k = k_policy` as the static budget, the heuristic's start value and the confidence cap.
 
 # %%
-plots.plot_policies(summary[summary.k == K_POLICY]).show()
-summary[summary.k == K_POLICY][["draft", "temperature", "policy", "alpha", "tau", "draft_acceptance_rate",
+plots.plot_policies(summary[summary.k == grid.k_policy]).show()
+summary[summary.k == grid.k_policy][["draft", "temperature", "policy", "alpha", "tau", "draft_acceptance_rate",
                                 "speedup"]].round(3)
 
 # %% [markdown]
@@ -161,13 +173,11 @@ summary[summary.k == K_POLICY][["draft", "temperature", "policy", "alpha", "tau"
 # speculate with this draft on this hardware.
 
 # %%
-best = [(r.draft, r.temperature, r.alpha, r.c, *theory.best_k(min(max(r.alpha, 0), 1), r.c))
-        for r in by_draft.itertuples()]
-pd.DataFrame(best, columns=["draft", "temperature", "alpha", "c", "best_k", "best_speedup"]).round(3)
+theory.best_k_table(by_draft).round(3)
 
 # %% [markdown]
 # ## By Spec-Bench category
-# tau per category (static, `k = K_POLICY`): structured tasks (extraction, coding, math) usually accept
+# tau per category (static policy, every k): structured tasks (extraction, coding, math) usually accept
 # more than open writing.
 
 # %%

@@ -27,8 +27,9 @@
 import os
 
 SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
-DEVICE = os.getenv("WB_DEVICE", "auto")  # auto | cpu | cuda
-MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # target: load_model spec
+DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
+DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU
+MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # target: load_model spec ("random:qwen2-7b" needs WB_ALPHA)
 DRAFT = os.getenv("WB_DRAFT", "layers-4" if SMOKE else "int3")  # make_draft name: int3/4/8 self-draft, layers-N, id
 QUANT = os.getenv("WB_QUANT", "rtn")  # W4A16 weights: rtn | awq | gptq
 GROUP_SIZE = int(os.getenv("WB_GROUP_SIZE", 64))  # must divide the model's widths (SmolLM2: 576)
@@ -52,7 +53,7 @@ from workbench.claims import collect_evidence, evaluate
 from workbench.claims.evidence import kv_evidence, quant_evidence, spec_cost_evidence, stack_evidence
 from workbench.claims.serving import long_prompt_evidence, pd16_evidence, vllm_flags_evidence
 from workbench.data import load_text
-from workbench.models import load_model
+from workbench.models import is_random, load_model
 from workbench.notebook import setup
 from workbench.pd import SLO, HardwareSpec
 from workbench.pd.profile import ProfileConfig
@@ -67,6 +68,7 @@ from workbench.stack.widgets import load_explorer, whatif_explorer
 setup()
 torch.set_num_threads(1)
 dev = ("cuda" if torch.cuda.is_available() else "cpu") if DEVICE == "auto" else DEVICE
+dtype = ("bfloat16" if dev.startswith("cuda") else "float32") if DTYPE == "auto" else DTYPE
 clock = default_clock(dev)
 
 # %% [markdown]
@@ -78,7 +80,8 @@ clock = default_clock(dev)
 # is near 1 and speculative decoding cannot pay here; the what-if panel shows what a cheaper draft would do.
 
 # %%
-model, tok = load_model(MODEL, dtype="bfloat16" if dev == "cuda" else "float32", device=dev)
+model, tok = load_model(MODEL, dtype=dtype, device=dev)
+trained = not is_random(model)  # fidelity (KV cache, quantization) needs trained weights; timing does not
 draft, draft_info = make_draft(model, DRAFT, tok)
 text = load_text("wikitext-2", "test")
 prompt = tok(text[:20000], add_special_tokens=False)["input_ids"][:PROMPT_LEN]
@@ -133,11 +136,12 @@ res.multiplicative.round(3)
 context = KV_CONTEXT or (2048 if dev == "cpu" else int(model.config.max_position_embeddings))
 kv_dtypes = ("bfloat16" if dev == "cpu" else "float16", "fp8_e4m3", "int8")  # vs the compute-dtype cache
 kcfg = KVStudyConfig(kv_dtypes, context=context, chunk=64 if SMOKE else 512, timed=(context // 4, context // 2, context))
-kv_rows = run_kv_study(model, tok, kcfg, text=text, clock=clock, name="stack_kv")
-buckets = by_bucket(kv_rows)
-plots.plot_kv_fidelity(buckets, title=f"{MODEL}: KV-cache fidelity by position (context {context})").show()
-plots.plot_kv_speed(kv_speed(kv_rows)).show()
-buckets.round(4)
+if trained:  # (a random-init model has no fidelity to measure)
+    kv_rows = run_kv_study(model, tok, kcfg, text=text, clock=clock, name="stack_kv")
+    buckets = by_bucket(kv_rows)
+    plots.plot_kv_fidelity(buckets, title=f"{MODEL}: KV-cache fidelity by position (context {context})").show()
+    plots.plot_kv_speed(kv_speed(kv_rows)).show()
+    display(buckets.round(4))
 
 # %% [markdown]
 # ## 4 · Claims ledger
@@ -152,14 +156,15 @@ if not SMOKE:
     qcfgs += [QuantConfig.from_name("rtn_int4_tensor_sym"), QuantConfig.from_name("rtn_int8_channel"),
               QuantConfig(method="rtn", bits=3, group_size=64)]
 qrows = run_quant_sweep(model, tok, qcfgs, text=text, n_tokens=256 if SMOKE else 512, seq_len=128 if SMOKE else 256,
-                        name="stack_quant", progress=False)
+                        name="stack_quant", progress=False) if trained else None
 hw_here = HardwareSpec.measure(dev, copy_mb=16 if SMOKE else 64)
 
 # %%
 evidence = collect_evidence(
     stack=stack_evidence(res.table, res.multiplicative, res.points, target=MODEL, device=dev,
                          bandwidth_gbs=hw_here.hbm_gbs),
-    spec_costs=spec_cost_evidence(res.points), kv=kv_evidence(buckets), quant=quant_evidence(qrows),
+    spec_costs=spec_cost_evidence(res.points), kv=kv_evidence(buckets) if trained else None,
+    quant=quant_evidence(qrows) if trained else None,
     long_prompt=long_prompt_evidence(res.points, cfg, res.mem_gb), pd16=pd16_evidence(res.points, cfg, res.mem_gb),
     vllm_flags=vllm_flags_evidence(), seed=SEED)
 ledger = evaluate(evidence)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 import torch
+from scipy import stats
 
+from workbench.spec.fast import rejection_sample_fast, sample_from_logits
 from workbench.spec.rejection import rejection_sample
 from workbench.spec.sampling import probs_from_logits, sample
 
@@ -21,9 +24,14 @@ def markov_tables(V: int = 5, seed: int = 0, noise: float = 0.8) -> tuple[torch.
 
 def batched_speculative_markov(p_logits, q_logits, n_trials: int, n_tokens: int, k: int,
                                temperature: float, top_p: float = 1.0, start: int = 0, seed: int = 0,
-                               sampler=rejection_sample) -> torch.Tensor:
+                               impl: str = "reference", mutate=None) -> torch.Tensor:
     """Run ``n_trials`` independent speculative generations of ``n_tokens`` tokens, vectorized over
-    trials, with Markov-table target/draft; return the generated tokens ``[n_trials, n_tokens]``."""
+    trials, with Markov-table target/draft; return the generated tokens ``[n_trials, n_tokens]``.
+
+    ``impl``: ``"reference"`` (``sampling.sample`` for drafts, ``rejection.rejection_sample``) or
+    ``"device"`` (``fast.sample_from_logits``, ``fast.rejection_sample_fast`` on the logits).
+    ``mutate(out, n, x, p, g) -> (out, n)``: a planted bug applied to each verification
+    (``x`` [B, k] drafts, ``p`` [B, k+1, V] the warped target distributions)."""
     g = torch.Generator().manual_seed(seed)
     P = probs_from_logits(p_logits, temperature, top_p)  # [V, V]
     Q = probs_from_logits(q_logits, temperature, top_p)
@@ -35,20 +43,44 @@ def batched_speculative_markov(p_logits, q_logits, n_trials: int, n_tokens: int,
     while bool((lengths <= n_tokens).any()):
         active = lengths <= n_tokens
         prev = seqs[rows, lengths - 1]
-        xs, qs, ps = [], [], [P[prev]]
+        xs, qs, rows_p = [], [], [prev]
         for _ in range(k):
-            q = Q[prev]  # [B, V]
-            x = sample(q, g)
+            if impl == "device":
+                x, q = sample_from_logits(q_logits[prev], temperature, top_p, g)
+            else:
+                q = Q[prev]  # [B, V]
+                x = sample(q, g)
             xs.append(x)
             qs.append(q)
-            ps.append(P[x])
+            rows_p.append(x)
             prev = x
-        out, n = sampler(torch.stack(xs, 1), torch.stack(qs, 1), torch.stack(ps, 1), g)
+        x, q, ctx = torch.stack(xs, 1), torch.stack(qs, 1), torch.stack(rows_p, 1)  # ctx [B, k+1]
+        if impl == "device":
+            out, n = rejection_sample_fast(x, q, p_logits[ctx], temperature, top_p, g)
+        else:
+            out, n = rejection_sample(x, q, P[ctx], g)
+        if mutate is not None:
+            out, n = mutate(out, n, x, P[ctx], g)
         for j in range(k + 1):
             m = active & (j <= n)
             seqs[rows[m], lengths[m] + j] = out[m, j]
         lengths = torch.where(active, lengths + n + 1, lengths)
     return seqs[:, 1: n_tokens + 1]
+
+
+def chi2_pvalue(observed: np.ndarray, expected: np.ndarray, min_expected: float = 5.0) -> float:
+    """Chi-square goodness-of-fit p-value of counts ``observed`` against ``expected`` (same cells,
+    rescaled to the same total). Cells whose expected count is below ``min_expected`` are pooled into
+    one cell (the usual rule for the chi-square approximation); cells of expected 0 must be empty."""
+    observed, expected = np.asarray(observed, float), np.asarray(expected, float)
+    assert observed[expected == 0].sum() == 0, "tokens outside the target's support were emitted"
+    keep = expected > 0
+    observed, expected = observed[keep], expected[keep] * observed.sum() / expected[keep].sum()
+    small = expected < min_expected
+    if small.any():
+        observed = np.append(observed[~small], observed[small].sum())
+        expected = np.append(expected[~small], expected[small].sum())
+    return float(stats.chisquare(observed, expected).pvalue)
 
 
 def markov_joint(p_logits, n_tokens: int, temperature: float, top_p: float = 1.0, start: int = 0) -> torch.Tensor:
@@ -108,7 +140,7 @@ class ForcedDraftRunner:
 @pytest.fixture(scope="session")
 def toy():
     """This module's helpers (``markov_tables``, ``batched_speculative_markov``, ``markov_joint``,
-    ``tiny_llama``, ``ForcedDraftRunner``): test modules cannot import siblings under importlib mode."""
+    ``chi2_pvalue``, ``tiny_llama``, ``ForcedDraftRunner``, ``TableRunner``): test modules cannot import siblings under importlib mode."""
     return sys.modules[__name__]
 
 

@@ -76,3 +76,32 @@ def test_eval_text_is_used_for_the_curve(toy):
     assert curve.kl.iloc[0] == pytest.approx(float(kl), rel=1e-5)
     with pytest.raises(ValueError, match="eval_text"):
         distill_draft(target, text=text, eval_text=ev[:10], steps=1, seq_len=16)
+
+
+def test_distill_and_generations_leave_the_global_rng_alone(toy):
+    """The caller's torch RNG state is the same before and after (the old code reseeded it with
+    torch.manual_seed(seed)), and the results still depend only on ``seed``."""
+    from workbench.spec.distill import target_generations
+
+    target = toy.tiny_llama(vocab=64, seed=7, layers=2)
+    text = torch.randint(0, 64, (600,), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(1234)
+    torch.rand(3)
+    state = torch.get_rng_state()
+    d1, _ = distill_draft(target, text=text, steps=2, n_layers=1, seq_len=16, init="random", seed=5)
+    sampled = target_generations(target, [[5, 9]], max_new_tokens=4, temperature=1.0, samples=2, seed=5)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(99)  # another caller state: the same draft and samples
+    d2, _ = distill_draft(target, text=text, steps=2, n_layers=1, seq_len=16, init="random", seed=5)
+    assert torch.equal(target_generations(target, [[5, 9]], max_new_tokens=4, temperature=1.0, samples=2,
+                                          seed=5), sampled)
+    for a, b in zip(d1.parameters(), d2.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_bfloat16_target_gives_a_bfloat16_draft(toy):
+    """A draft shares the target's embeddings, so it is built (and trained) in the target's dtype."""
+    target = toy.tiny_llama(vocab=64, seed=7, layers=2).to(torch.bfloat16)
+    text = torch.randint(0, 64, (600,), generator=torch.Generator().manual_seed(0))
+    draft, curve = distill_draft(target, text=text, steps=2, n_layers=1, seq_len=16, init="spread")
+    assert {p.dtype for p in draft.parameters()} == {torch.bfloat16} and curve.kl.notna().all()

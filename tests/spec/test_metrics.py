@@ -1,5 +1,7 @@
 """SpecDecodingStats counters on a hand-made sequence of steps."""
 
+import math
+
 import pytest
 
 from workbench.spec.metrics import SpecDecodingStats
@@ -45,3 +47,18 @@ def test_impossible_counts_raise():
 def test_empty_is_nan():
     s = SpecDecodingStats()
     assert s.tau != s.tau and s.alpha != s.alpha
+
+
+def test_conditional_acceptance_is_nan_where_nothing_was_tested():
+    """Variable k: a 1-token step accepted, then a 3-token step rejected at position 0. Positions 1 and
+    2 were drafted (by the second step) but never tested, so their conditional acceptance is NaN.
+    (The old estimate min(reached, drafted) gave 0.0 at position 1.)"""
+    s = SpecDecodingStats()
+    s.observe(1, 1)
+    s.observe(3, 0)
+    assert s.num_tested_per_pos == [2, 0, 0]
+    c = s.conditional_acceptance_per_pos
+    assert c[0] == pytest.approx(0.5) and math.isnan(c[1]) and math.isnan(c[2])
+    s.observe(3, 2)  # tests positions 0, 1, 2: accepted 0 and 1, rejected 2
+    assert s.num_tested_per_pos == [3, 1, 1]
+    assert s.conditional_acceptance_per_pos == pytest.approx([2 / 3, 1.0, 0.0])

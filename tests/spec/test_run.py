@@ -22,7 +22,7 @@ def results(toy):
 def test_rows_and_columns(results):
     assert len(results) == 3 * 2 * 3
     for col in ("k", "temperature", "policy", "draft", "category", "alpha", "tau", "kl_pq", "alpha_pred",
-                "c", "speedup", "tokens_per_step", "accepted_per_pos"):
+                "c", "speedup", "tokens_per_step", "accepted_per_pos", "tested_per_pos"):
         assert col in results.columns
     assert (results.n_new == 12).all()
     assert (results.c > 0).all() and (results.speedup > 0).all()

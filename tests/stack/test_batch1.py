@@ -39,3 +39,11 @@ def test_what_if_without_synthetic_loop_is_predicted(tiny_target, monkeypatch):
 def test_empty_prompt_refused(tiny_target):
     with pytest.raises(ValueError, match="prompt is empty"):
         run_batch1(Engine.from_hf(tiny_target, max_seq=8), None, [], gen_len=2)
+
+
+def test_synthetic_acceptance_at_zero_rejects_every_draft(tiny_target):
+    """The what-if loop (acceptance="synthetic") at alpha = 0: every first draft is rejected, tau = 1."""
+    assert batch1.has_synthetic_acceptance()
+    t, d = Engine.from_hf(tiny_target, max_seq=64), Engine.from_hf(tiny_target, max_seq=64)
+    row = run_batch1(t, d, list(range(1, 9)), gen_len=6, k=3, alpha=0.0)
+    assert row["spec_timing"] == "synthetic" and row["alpha"] == 0.0 and row["tau"] == 1.0

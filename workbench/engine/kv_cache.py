@@ -19,9 +19,10 @@ three points: allocation, the write after RoPE (:meth:`QuantizedKVCache.qkv_rope
 RoPE of :func:`workbench.engine.ops.qkv_rope` followed by a quantizing write) and the read before
 attention (:meth:`QuantizedKVCache.read`, dequantized to the compute dtype for
 ``F.scaled_dot_product_attention``). Engine paths with such a cache: the torch RoPE and the SDPA
-attention only; the fused one-row GEMVs (which write the cache inside the kernel) and the Triton
-decode-attention kernel (which reads bf16 keys) are switched off. Quantization saves KV bytes; without
-a fused dequantizing attention kernel it does not save time.
+attention only; the fused matmuls of :mod:`workbench.engine.dispatch` (whose qkv projection writes the cache)
+and the Triton decode-attention kernel (which reads compute-dtype keys) are switched off. Weight matmuls
+(bf16 or W4A16 backends) are unaffected. Quantization saves KV bytes; without a fused dequantizing
+attention kernel it does not save time.
 """
 
 from __future__ import annotations

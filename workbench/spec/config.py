@@ -5,21 +5,26 @@ acceptance rate; ``tau`` mean acceptance length (bonus token included). Policies
 ``k``), ``heuristic`` (HF ``num_assistant_tokens_schedule="heuristic"``: +2 after a fully accepted
 step, -1 otherwise) and ``confidence`` (HF ``assistant_confidence_threshold``: stop drafting once the
 draft's probability of its own token falls below the threshold).
+
+Acceptance: ``rejection`` is the exact speculative-sampling rule (the output follows the target);
+``synthetic`` is a timing what-if, as vLLM's ``SpeculativeConfig(rejection_sample_method="synthetic")``
+with one conditional acceptance rate for every position: each tested draft token is accepted with
+probability ``synthetic_alpha`` instead of min(1, p/q), independently, until the first rejection; the
+recovered and bonus tokens are drawn as in the exact rule. It measures the realized speedup of a
+draft/target pair (random weights included) at any alpha. Its tokens do not follow the target's
+distribution; every row it produces says ``acceptance="synthetic"``.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import asdict, dataclass
 
+from workbench.registry import did_you_mean
+from workbench.validate import check_field_types
+
 POLICY_NAMES = ("static", "heuristic", "confidence")
-
-
-def did_you_mean(value, options) -> str:
-    """`` Did you mean 'x'?`` for the closest option, or an empty string."""
-    close = difflib.get_close_matches(str(value), list(options), n=1, cutoff=0.4)
-    return f" Did you mean {close[0]!r}?" if close else ""
+ACCEPTANCE_NAMES = ("rejection", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,11 @@ class SpecConfig:
     confidence_threshold: float = 0.4  # HF's default assistant_confidence_threshold
     max_new_tokens: int = 32  # generated tokens per prompt (short: CPU time is scarce)
     seed: int = 0  # torch.Generator seed for draft sampling, acceptance uniforms and resampling
+    acceptance: str = "rejection"  # rejection (exact) | synthetic (timing what-if, see module docstring)
+    synthetic_alpha: float | None = None  # P(accept) per draft token with acceptance="synthetic"
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"k={self.k!r} must be an integer >= 1 (draft tokens per step; vLLM "
                              "num_speculative_tokens)")
@@ -60,6 +68,17 @@ class SpecConfig:
                              "(HF's default is 0.4)")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+        if self.acceptance not in ACCEPTANCE_NAMES:
+            raise ValueError(f"acceptance={self.acceptance!r} is unknown; use one of {ACCEPTANCE_NAMES}."
+                             + did_you_mean(self.acceptance, ACCEPTANCE_NAMES))
+        if self.acceptance == "synthetic":
+            a = self.synthetic_alpha
+            if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
+                raise ValueError(f"synthetic_alpha={a!r} must be a number in [0, 1] with acceptance='synthetic' "
+                                 "(the probability that each draft token is accepted)")
+        elif self.synthetic_alpha is not None:
+            raise ValueError(f"synthetic_alpha={self.synthetic_alpha!r} is only used with acceptance='synthetic'; "
+                             "leave it None for the exact rejection sampler")
 
     @property
     def greedy(self) -> bool:
@@ -71,4 +90,4 @@ class SpecConfig:
         return asdict(self)
 
 
-__all__ = ["POLICY_NAMES", "SpecConfig", "did_you_mean"]
+__all__ = ["ACCEPTANCE_NAMES", "POLICY_NAMES", "SpecConfig", "did_you_mean"]

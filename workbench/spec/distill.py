@@ -9,7 +9,9 @@ acceptance rate alpha = sum_x min(p, q)).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import math
 import time
 
@@ -36,7 +38,8 @@ def _draft_model(target: torch.nn.Module, draft_config, n_layers: int, init: str
                          "its embeddings and head")
     if init not in ("spread", "random"):
         raise ValueError(f"init={init!r} must be 'spread' (copy evenly spaced target layers) or 'random'")
-    draft = AutoModelForCausalLM.from_config(cfg).to(next(target.parameters()).device)
+    p = next(target.parameters())  # the draft trains in the target's dtype (it shares its embeddings)
+    draft = AutoModelForCausalLM.from_config(cfg).to(device=p.device, dtype=p.dtype)
     emb = torch.nn.Parameter(target.get_input_embeddings().weight.detach(), requires_grad=False)
     draft.get_input_embeddings().weight = emb
     head = target.get_output_embeddings().weight
@@ -48,6 +51,21 @@ def _draft_model(target: torch.nn.Module, draft_config, n_layers: int, init: str
             draft.model.layers[i].load_state_dict(target.model.layers[int(j)].state_dict())
         draft.model.norm.load_state_dict(target.model.norm.state_dict())
     return draft
+
+
+def _sha256(ids: torch.Tensor) -> str:
+    """sha256 of token ids (int64 bytes): the identity of the distillation data."""
+    return hashlib.sha256(ids.detach().to("cpu", torch.int64).contiguous().numpy().tobytes()).hexdigest()
+
+
+@contextlib.contextmanager
+def _seeded(seed: int, device: torch.device):
+    """Run the block with torch's global RNG seeded to ``seed``, then restore the caller's RNG state
+    (CPU, and every CUDA device when ``device`` is CUDA): library code must not reseed it."""
+    devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 def _kl_and_alpha(t_logits: torch.Tensor, d_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,24 +113,32 @@ def target_generations(target: torch.nn.Module, prompts, *, max_new_tokens: int 
     if temperature == 0 and samples > 1:
         raise ValueError("greedy decoding (temperature=0) gives one continuation per prompt; set samples=1")
     device = next(target.parameters()).device
-    torch.manual_seed(seed)
     jobs = [p for p in prompts for _ in range(samples)]
     out = []
-    for i in range(0, len(jobs), batch_size):
-        chunk = jobs[i:i + batch_size]
-        width = max(len(p) for p in chunk)
-        ids = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in chunk], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
-        kw = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 \
-            else {"do_sample": False}
-        with torch.no_grad():
-            gen = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                  pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kw)
-        for p, row in zip(chunk, gen[:, width:].tolist()):
-            if eos_token_id is not None and eos_token_id in row:
-                row = row[: row.index(eos_token_id) + 1]
-            out.extend(p + row)
+    with _seeded(seed, device):  # HF sampling draws from the global RNG; the caller's state is restored
+        for i in range(0, len(jobs), batch_size):
+            out.extend(_generate_batch(target, jobs[i:i + batch_size], device, max_new_tokens, temperature,
+                                       pad_token_id, eos_token_id))
     return torch.tensor(out, dtype=torch.long)
+
+
+def _generate_batch(target, chunk: list[list[int]], device, max_new_tokens: int, temperature: float,
+                    pad_token_id: int, eos_token_id: int | None) -> list[int]:
+    """One left-padded HF ``generate`` call: each prompt's ids then its continuation, concatenated."""
+    width = max(len(p) for p in chunk)
+    ids = torch.tensor([[pad_token_id] * (width - len(p)) + p for p in chunk], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
+    kw = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 \
+        else {"do_sample": False}
+    with torch.no_grad():
+        gen = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                              pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kw)
+    out = []
+    for p, row in zip(chunk, gen[:, width:].tolist()):
+        if eos_token_id is not None and eos_token_id in row:
+            row = row[: row.index(eos_token_id) + 1]
+        out.extend(p + row)
+    return out
 
 
 def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: int = 100, *,
@@ -175,9 +201,9 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
                              f"(eval_windows * seq_len held out + one training window)")
         train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][:n_win].reshape(eval_windows, seq_len)
     gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    draft = _draft_model(target, draft_config, n_layers, init)
     device = next(target.parameters()).device
+    with _seeded(seed, device):  # the random init; the caller's RNG state is left as it was
+        draft = _draft_model(target, draft_config, n_layers, init)
     eval_ids = eval_ids.to(device)
     with torch.no_grad():
         eval_target = target(input_ids=eval_ids).logits  # [W, T, V]
@@ -211,7 +237,9 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
             evaluate(step)
     draft.eval().requires_grad_(False)
     draft.workbench_provenance = {"draft": "distilled", "steps": steps, "n_layers": draft.config.num_hidden_layers,
-                                  "seq_len": seq_len, "batch_size": batch_size, "lr": lr, "init": init, "seed": seed}
+                                  "seq_len": seq_len, "batch_size": batch_size, "lr": lr, "init": init, "seed": seed,
+                                  "train_tokens": len(train_ids), "train_sha256": _sha256(train_ids),
+                                  "eval_sha256": _sha256(eval_ids)}
     return draft, pd.DataFrame(rows)
 
 

@@ -19,7 +19,9 @@ import re
 
 import torch
 
-from workbench.spec.config import did_you_mean
+from workbench.models import check_tokenizers_match, load_model, provenance_of
+from workbench.registry import did_you_mean
+from workbench.spec.distill import distill_draft
 
 QUANT_DRAFTS = {"int8": 8, "int4": 4, "int3": 3}
 
@@ -65,31 +67,33 @@ def make_draft(target: torch.nn.Module, name: str, tokenizer=None, *, group_size
     """Build the draft called ``name`` for ``target`` (see the module docstring).
 
     Returns ``(draft_module, info)``, ``info`` a dict for result columns (``draft``, and the distill
-    curve under ``"curve"`` for ``"distilled"``). Raises ``ValueError`` for a malformed built-in name
+    curve under ``"curve"`` for ``"distilled"``) with ``draft_key``: a JSON-able identity of how the
+    draft was built (results-store keys use it). Raises ``ValueError`` for a malformed built-in name
     and ``TokenizerMismatchError`` for a hub draft with another vocabulary.
     """
     name_l = name.lower()
     if name_l in QUANT_DRAFTS:
         qmodel, report = quantized_draft(target, QUANT_DRAFTS[name_l], group_size)
-        return qmodel, {"draft": name_l, "draft_kind": "quantized", "quant_report": report}
+        key = {"draft": name_l, "method": "rtn", "bits": QUANT_DRAFTS[name_l],
+               "group_size": None if name_l == "int8" else group_size}
+        return qmodel, {"draft": name_l, "draft_kind": "quantized", "quant_report": report, "draft_key": key}
     m = re.fullmatch(r"layers-(\d+)", name_l)
     if m:
-        return truncated_draft(target, int(m.group(1))), {"draft": name_l, "draft_kind": "truncated"}
+        return truncated_draft(target, int(m.group(1))), {"draft": name_l, "draft_kind": "truncated",
+                                                          "draft_key": {"draft": name_l}}
     if name_l == "distilled":
-        from workbench.spec.distill import distill_draft
-
         draft, curve = distill_draft(target, **(distill_kwargs or {}))
-        return draft, {"draft": "distilled", "draft_kind": "distilled", "curve": curve}
+        return draft, {"draft": "distilled", "draft_kind": "distilled", "curve": curve,
+                       "draft_key": dict(draft.workbench_provenance)}
     if name_l.startswith(("int", "layers", "distil")):
         raise ValueError(f"draft {name!r} is not a built-in draft; use one of {sorted(QUANT_DRAFTS)}, "
                          "'layers-N', 'distilled' or a model id." + did_you_mean(name_l, [*QUANT_DRAFTS, "distilled"]))
-    from workbench.models import check_tokenizers_match, load_model
 
     device = next(target.parameters()).device
     draft, d_tok = load_model(name, dtype=next(target.parameters()).dtype, device=str(device))
     if tokenizer is not None:
         check_tokenizers_match(tokenizer, d_tok)
-    return draft, {"draft": name, "draft_kind": "model"}
+    return draft, {"draft": name, "draft_kind": "model", "draft_key": {"draft": name, **provenance_of(draft)}}
 
 
 def build_drafts(target: torch.nn.Module, names, tokenizer=None, **kw) -> dict:

@@ -4,39 +4,33 @@ Both loops drive :class:`workbench.engine.api.Runner` objects (``reset``, ``leng
 ``truncate``, ``synchronize``), so the HF reference runner and the fast engine plug in unchanged, and
 plain and speculative decoding are timed through the same forward path. A ``torch.nn.Module`` is
 wrapped in :class:`workbench.engine.HFRunner`.
+
+Two speculative loops, one rule: ``loop="reference"`` is the readable loop below (host-side token
+lists, :func:`workbench.spec.rejection.rejection_sample`); ``loop="device"`` is
+:func:`workbench.spec.fast.device_speculative_generate` (tokens stay on the device, one host
+synchronization per step). ``loop="auto"`` takes the device loop when both runners are
+:class:`workbench.engine.SlotRunner` views of the engine (or for ``acceptance="synthetic"``, which
+only the device loop implements), else the reference loop.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import torch
 
 from workbench.engine.api import Runner
-from workbench.spec.config import SpecConfig
+from workbench.engine.engine import SlotRunner
+from workbench.engine.hf_runner import HFRunner
+from workbench.spec.config import SpecConfig, did_you_mean
+from workbench.spec.fast import device_speculative_generate, sample_from_logits
 from workbench.spec.metrics import SpecDecodingStats
 from workbench.spec.policies import make_policy
 from workbench.spec.rejection import rejection_sample
-from workbench.spec.sampling import probs_from_logits, sample
+from workbench.spec.result import GenerationResult
+from workbench.spec.sampling import make_generator, probs_from_logits, sample
 
-
-@dataclass
-class GenerationResult:
-    """Output of one generation.
-
-    ``tokens``: the new token ids (prompt excluded); ``prefill_s``: time to cache the prompt;
-    ``decode_s``: time of the decoding loop; ``step_times_s``: per step (plain decoding: per token);
-    ``stats``: speculative counters (``None`` for plain decoding); ``logits``: ``[n_new, V]`` float32
-    target logits at each generated position (plain decoding with ``return_logits=True``).
-    """
-
-    tokens: list[int]
-    prefill_s: float
-    decode_s: float
-    step_times_s: list[float] = field(default_factory=list)
-    stats: SpecDecodingStats | None = None
-    logits: torch.Tensor | None = None
+LOOP_NAMES = ("auto", "reference", "device")
 
 
 def as_runner(model_or_runner) -> Runner:
@@ -44,18 +38,8 @@ def as_runner(model_or_runner) -> Runner:
     if isinstance(model_or_runner, Runner):
         return model_or_runner
     if isinstance(model_or_runner, torch.nn.Module):
-        from workbench.engine import HFRunner
-
         return HFRunner(model_or_runner)
     raise TypeError(f"expected a Runner or a torch.nn.Module, got {type(model_or_runner).__name__}")
-
-
-def _generator(generator: torch.Generator | None, seed: int, device: torch.device) -> torch.Generator:
-    """The sampling RNG, on the device the logits live on (sampling stays on the GPU for GPU runners;
-    a CUDA generator draws a different stream than a CPU one with the same seed)."""
-    if generator is not None:
-        return generator
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 def _config(config: SpecConfig | None, **kw) -> SpecConfig:
@@ -89,7 +73,9 @@ def autoregressive_generate(model, prompt_ids, temperature: float = 0.0, top_p: 
     """Plain decoding, one target forward per token: the baseline speculative decoding must beat.
 
     ``model``: a Runner or module; ``prompt_ids``: ``[T]`` int64. ``config`` (if given) supplies
-    temperature, top_p and max_new_tokens. The runner is reset first. ``clock``: the timer
+    temperature, top_p and max_new_tokens. The runner is reset first. Tokens are drawn on the
+    logits' device (:func:`workbench.spec.fast.sample_from_logits`: the argmax at temperature 0, else
+    the draw ``torch.multinomial`` makes) and fed back as device tensors. ``clock``: the timer
     (``time.perf_counter`` wall time; ``time.process_time`` gives this process's CPU time, robust to
     other jobs on a shared CPU, meaningless on a GPU). Raises ``ValueError`` for bad
     sampling settings or an empty prompt.
@@ -101,32 +87,50 @@ def autoregressive_generate(model, prompt_ids, temperature: float = 0.0, top_p: 
     t0 = clock()
     logits = runner.extend(torch.tensor(prompt))[-1]  # [V]
     prefill_s = _timed(runner, t0, clock)
-    gen = _generator(generator, cfg.seed, logits.device)
+    gen = make_generator(generator, cfg.seed, logits.device)
     out, times, kept = [], [], []
     t_start = clock()
     while True:
         if return_logits:
             kept.append(logits)
-        tok = int(sample(probs_from_logits(logits, cfg.temperature, cfg.top_p), gen))
+        tok_d, _ = sample_from_logits(logits, cfg.temperature, cfg.top_p, gen)  # [] on the device
+        tok = int(tok_d)  # the host needs each token (stop check): one synchronization per token
         out.append(tok)
         if len(out) >= cfg.max_new_tokens or tok in stop:
             break
         t0 = clock()
-        logits = runner.extend(torch.tensor([tok]))[-1]
+        logits = runner.extend(tok_d.view(1))[-1]  # the device tensor: no host-to-device copy
         times.append(_timed(runner, t0, clock))
     decode_s = clock() - t_start
     return GenerationResult(out, prefill_s, decode_s, times,
                             logits=torch.stack(kept) if return_logits else None)
 
 
+def resolve_loop(loop: str, target, draft, config: SpecConfig) -> str:
+    """``"reference"`` or ``"device"`` for a ``loop`` name (see the module docstring); raises
+    ``ValueError`` for an unknown name (with "did you mean") or ``acceptance="synthetic"`` with the
+    reference loop."""
+    if loop not in LOOP_NAMES:
+        raise ValueError(f"loop={loop!r} is unknown; use one of {LOOP_NAMES}." + did_you_mean(loop, LOOP_NAMES))
+    if loop == "auto":
+        engine = isinstance(target, SlotRunner) and isinstance(draft, SlotRunner)
+        return "device" if engine or config.acceptance == "synthetic" else "reference"
+    if loop == "reference" and config.acceptance == "synthetic":
+        raise ValueError("acceptance='synthetic' is a timing what-if of the device loop; use loop='device' "
+                         "(or 'auto')")
+    return loop
+
+
 def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: float = 0.0,
                          top_p: float = 1.0, policy: str = "static", max_new_tokens: int = 32, *,
                          config: SpecConfig | None = None, generator: torch.Generator | None = None,
-                         seed: int = 0, stop_token_ids=(), clock=time.perf_counter) -> GenerationResult:
+                         seed: int = 0, stop_token_ids=(), clock=time.perf_counter,
+                         loop: str = "auto") -> GenerationResult:
     """Speculative decoding (Leviathan et al. 2023, Algorithm 1) with KV caches kept for both models.
 
     ``target``, ``draft``: Runners (or modules, wrapped in ``HFRunner``) over one vocabulary;
-    ``prompt_ids``: ``[T]`` int64. ``config`` (if given) replaces the keyword settings.
+    ``prompt_ids``: ``[T]`` int64. ``config`` (if given) replaces the keyword settings. ``loop``:
+    ``"auto"`` | ``"reference"`` | ``"device"`` (module docstring); ``result.loop`` says which ran.
 
     Invariant between steps: both caches hold a prefix of the committed sequence ``seq`` that misses
     at least its last token. A step: the draft extends over the tokens it lacks and proposes up to k
@@ -138,16 +142,25 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
 
     Returns a :class:`GenerationResult` with ``stats`` (``SpecDecodingStats``, per-step draft and
     target times). Raises ``ValueError`` on bad settings (k < 1, temperature < 0, top_p outside
-    (0, 1], unknown policy) or when the runners' vocabulary sizes differ.
+    (0, 1], unknown policy or loop) or when the runners' vocabulary sizes differ.
     """
     cfg = _config(config, k=k, temperature=temperature, top_p=top_p, policy=policy,
                   max_new_tokens=max_new_tokens, seed=seed, k_max=max(16, k))
     t_run, d_run = as_runner(target), as_runner(draft)
-    gen = None
     if t_run.vocab_size != d_run.vocab_size:
         raise ValueError(f"target vocab_size {t_run.vocab_size} != draft vocab_size {d_run.vocab_size}: "
                          "speculative decoding needs one vocabulary (check_tokenizers_match)")
-    prompt, stop = _prompt_list(prompt_ids), set(stop_token_ids)
+    prompt = _prompt_list(prompt_ids)
+    if resolve_loop(loop, t_run, d_run, cfg) == "device":
+        return device_speculative_generate(t_run, d_run, prompt, cfg, generator=generator,
+                                           stop_token_ids=stop_token_ids, clock=clock)
+    return _reference_loop(t_run, d_run, prompt, cfg, generator, set(stop_token_ids), clock)
+
+
+def _reference_loop(t_run: Runner, d_run: Runner, prompt: list[int], cfg: SpecConfig,
+                    generator: torch.Generator | None, stop: set, clock) -> GenerationResult:
+    """The readable loop of :func:`speculative_generate` (host-side token lists)."""
+    gen = None
     seq, pol, stats = list(prompt), make_policy(cfg), SpecDecodingStats()
     t_run.reset()
     d_run.reset()
@@ -164,7 +177,7 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
         t0 = clock()
         logits = d_run.extend(torch.tensor(seq[d_run.length:]))[-1]  # [V]
         if gen is None:
-            gen = _generator(generator, cfg.seed, logits.device)
+            gen = make_generator(generator, cfg.seed, logits.device)
         drafts, qs = [], []
         for i in range(k_step):
             q = probs_from_logits(logits, cfg.temperature, cfg.top_p)  # [V]
@@ -199,7 +212,8 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
     decode_s = clock() - t_start
     new = seq[len(prompt):]
     step_times = [a + b for a, b in zip(stats.draft_times_s, stats.target_times_s)]
-    return GenerationResult(new, prefill_s, decode_s, step_times, stats=stats)
+    return GenerationResult(new, prefill_s, decode_s, step_times, stats=stats, loop="reference")
 
 
-__all__ = ["GenerationResult", "as_runner", "autoregressive_generate", "speculative_generate"]
+__all__ = ["LOOP_NAMES", "GenerationResult", "as_runner", "autoregressive_generate", "resolve_loop",
+           "speculative_generate"]

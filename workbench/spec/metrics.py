@@ -4,7 +4,8 @@ Terms (DESIGN.md):
 
 * ``num_drafts``: verification steps; ``num_draft_tokens``: tokens proposed;
   ``num_accepted_tokens``: drafts accepted; ``num_accepted_tokens_per_pos[i]``: steps whose draft at
-  position i (0-based) was accepted.
+  position i (0-based) was accepted; ``num_tested_per_pos[i]``: steps that tested position i (drafted
+  it and accepted every position before it).
 * ``tau`` (mean acceptance length) = 1 + num_accepted_tokens / num_drafts: tokens emitted per
   target forward, **the bonus / resampled token included** (vLLM: "mean acceptance length includes
   the bonus token").
@@ -31,6 +32,7 @@ class SpecDecodingStats:
     num_rejections: int = 0  # steps that ended on a rejected draft (the others took a bonus token)
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
     num_drafts_per_pos: list[int] = field(default_factory=list)  # steps that drafted position i
+    num_tested_per_pos: list[int] = field(default_factory=list)  # steps that tested position i
     tokens_per_step: list[int] = field(default_factory=list)  # num_accepted + 1 per step
     draft_tokens_per_step: list[int] = field(default_factory=list)  # k used in each step
     draft_times_s: list[float] = field(default_factory=list)  # draft forwards + sampling, per step
@@ -47,8 +49,11 @@ class SpecDecodingStats:
         self.num_draft_tokens += num_draft_tokens
         self.num_accepted_tokens += num_accepted_tokens
         self.num_rejections += int(num_accepted_tokens < num_draft_tokens)
+        # a step tests positions 0..accepted (the first rejected one included), at most the drafted ones
+        tested = min(num_accepted_tokens + 1, num_draft_tokens)
         for counts, n in ((self.num_drafts_per_pos, num_draft_tokens),
-                          (self.num_accepted_tokens_per_pos, num_accepted_tokens)):
+                          (self.num_accepted_tokens_per_pos, num_accepted_tokens),
+                          (self.num_tested_per_pos, tested)):
             counts.extend([0] * (num_draft_tokens - len(counts)))
             for i in range(n):
                 counts[i] += 1
@@ -89,13 +94,11 @@ class SpecDecodingStats:
 
     @property
     def conditional_acceptance_per_pos(self) -> list[float]:
-        """P(accept position i | positions < i accepted and position i drafted)."""
-        out, reached = [], self.num_drafts
-        for i, a in enumerate(self.num_accepted_tokens_per_pos):
-            tested = min(reached, self.num_drafts_per_pos[i])
-            out.append(a / tested if tested else float("nan"))
-            reached = a
-        return out
+        """P(accept position i | position i tested) = accepted at i / steps that tested i, where a step
+        tests i when it drafted i and accepted every position before it; NaN where no step tested i
+        (e.g. with variable-k policies, a position drafted only in steps that rejected earlier)."""
+        return [a / t if t else float("nan")
+                for a, t in zip(self.num_accepted_tokens_per_pos, self.num_tested_per_pos)]
 
     @property
     def tokens_per_step_hist(self) -> dict[int, int]:

@@ -24,8 +24,10 @@ def plot_tokens_per_step(df: pd.DataFrame, color: str = "draft") -> go.Figure:
 
 
 def plot_acceptance_per_pos(df: pd.DataFrame, color: str = "draft") -> go.Figure:
-    """Per-position acceptance (vLLM: accepted at position i / steps that drafted position i),
-    pooled over ``run_spec`` rows (list columns ``accepted_per_pos``, ``drafted_per_pos``)."""
+    """Per-position acceptance: accepted at position i / steps that drafted position i, pooled over
+    ``run_spec`` rows (list columns ``accepted_per_pos``, ``drafted_per_pos``). With the static policy
+    every step drafts every position and this is vLLM's per-position acceptance rate (accepted at i /
+    num_drafts); with variable k it is conditional on drafting i."""
     fig = go.Figure()
     for name, g in df.groupby(color, sort=True):
         n = max(len(x) for x in g["accepted_per_pos"])
@@ -58,9 +60,31 @@ def plot_kl_alpha(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def pooled_alpha_c(g: pd.DataFrame) -> tuple[float, float]:
+    """``(alpha, c)`` of several ``summarize_spec`` rows taken together.
+
+    alpha = sum(n_accepted) / sum(n_tested): accepted tested draft tokens over tested draft tokens,
+    the definition of :func:`workbench.spec.run.summarize_spec` and of ``SpecDecodingStats.alpha``,
+    and the maximum-likelihood estimate of alpha under Leviathan et al. 2023's i.i.d. model (each
+    step contributes its accepted tokens as successes and its rejection, if any, as one failure).
+    Averaging the rows' alphas weighted by steps instead (as this plot once did) under-weights rows of
+    large k, which test more tokens per step. vLLM pools by tokens, not by steps, too: its draft
+    acceptance rate is accepted / drafted tokens (``v1/spec_decode/metrics.py``).
+    c = the rows' c weighted by draft tokens (total draft time / draft tokens / plain decode step
+    time when the rows share the plain decode step time). Raises ``ValueError`` without the count
+    columns (re-run ``summarize_spec``)."""
+    missing = {"n_tested", "n_accepted", "n_draft_tokens"} - set(g.columns)
+    if missing:
+        raise ValueError(f"summary lacks the count columns {sorted(missing)}; build it with summarize_spec")
+    alpha = float(np.clip(g.n_accepted.sum() / max(g.n_tested.sum(), 1), 0, 1))
+    c = float((g.c * g.n_draft_tokens).sum() / max(g.n_draft_tokens.sum(), 1))
+    return alpha, c
+
+
 def plot_theory_vs_k(summary: pd.DataFrame, metric: str = "tau", k_max: int = 10) -> go.Figure:
     """Measured ``tau`` (with 95% CI) or realized ``speedup`` per k (static policy rows of
-    ``summarize_spec``) against Leviathan et al. 2023's curves at each draft's pooled alpha and c."""
+    ``summarize_spec``) against Leviathan et al. 2023's curves (Eq. 1, Theorem 3.8) at each draft's
+    pooled alpha and c (:func:`pooled_alpha_c`: alpha over tested tokens, as ``summarize_spec``)."""
     if metric not in ("tau", "speedup"):
         raise ValueError(f"metric={metric!r} must be 'tau' or 'speedup'")
     s = summary[summary.policy == "static"]
@@ -69,8 +93,7 @@ def plot_theory_vs_k(summary: pd.DataFrame, metric: str = "tau", k_max: int = 10
     for i, ((draft, temp), g) in enumerate(s.groupby(["draft", "temperature"], sort=True)):
         color = f"hsl({(i * 67) % 360},60%,45%)"
         label = f"{draft} T={temp:g}"
-        alpha = float(np.clip((g.alpha * g.n_steps).sum() / g.n_steps.sum(), 0, 1))
-        c = float((g.c * g.n_steps).sum() / g.n_steps.sum())
+        alpha, c = pooled_alpha_c(g)
         curve = expected_tokens_per_step(alpha, ks) if metric == "tau" else speedup(alpha, ks, c)
         fig.add_scatter(x=ks, y=curve, mode="lines", line={"color": color, "dash": "dash"},
                         name=f"{label} theory (alpha={alpha:.2f}, c={c:.2f})", legendgroup=label)
@@ -120,4 +143,5 @@ __all__ = [
     "plot_policies",
     "plot_theory_vs_k",
     "plot_tokens_per_step",
+    "pooled_alpha_c",
 ]

@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
+from workbench.engine import fast_runner
+from workbench.models import require_trained
 from workbench.spec.alignment import alignment_metrics, score_positions
 from workbench.spec.config import SpecConfig
 from workbench.spec.generate import autoregressive_generate, speculative_generate
@@ -37,84 +40,120 @@ def encode_prompts(tokenizer, prompts: pd.DataFrame, chat: bool = True, max_prom
     return prompts.assign(prompt_ids=ids, n_prompt=[len(x) for x in ids])
 
 
-def _sampling_key(cfg: SpecConfig):
+def sampling_key(cfg: SpecConfig) -> tuple:
+    """The settings a plain decode depends on: ``(temperature, top_p, max_new_tokens, seed)``."""
     return (cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.seed)
 
 
+class SpecCache:
+    """What several ``run_spec`` calls can share: the target's plain decode of each prompt (the
+    timing baseline and the target's trajectory, keyed by prompt and sampling settings) and each
+    draft's alignment along it. ``max_baselines`` bounds the baselines kept (each holds ``[n_new, V]``
+    float32 logits); the oldest go first."""
+
+    def __init__(self, max_baselines: int = 64):
+        self.max_baselines = max_baselines
+        self.baselines: dict = {}
+        self.alignment: dict = {}
+
+    def baseline(self, t_run, prompt_id, prompt_ids, cfg: SpecConfig, stop_token_ids, timer: dict):
+        key = (prompt_id, tuple(prompt_ids), sampling_key(cfg))
+        if key not in self.baselines:
+            while len(self.baselines) >= max(self.max_baselines, 1):
+                self.baselines.pop(next(iter(self.baselines)))
+            self.baselines[key] = autoregressive_generate(t_run, prompt_ids, config=cfg, return_logits=True,
+                                                          stop_token_ids=stop_token_ids, **timer)
+        return self.baselines[key]
+
+    def align(self, name: str, d_run, prompt_id, prompt_ids, base, cfg: SpecConfig) -> dict:
+        key = (name, prompt_id, tuple(prompt_ids), sampling_key(cfg))
+        if key not in self.alignment:
+            q_logits = score_positions(d_run, prompt_ids, base.tokens)
+            al = alignment_metrics(base.logits, q_logits, cfg.temperature, cfg.top_p)
+            self.alignment[key] = {**{c: float(al[c].mean()) for c in ("kl_pq", "kl_qp", "tv", "alpha_pred")},
+                                   "n_align": len(al)}
+        return self.alignment[key]
+
+
+def _row(cfg: SpecConfig, name: str, pr, base, align: dict, out) -> dict:
+    """One ``run_spec`` row: config, counters, alignment, times and ratios."""
+    st, n_new, n_base = out.stats, len(out.tokens), len(base.tokens)
+    base_tpot = base.decode_s / (n_base - 1) if n_base > 1 else float("nan")
+    summ = st.summary()
+    row = {**cfg.to_row(), "draft": name, "loop": out.loop, "prompt_id": pr.prompt_id, "category": pr.category,
+           "n_prompt": len(pr.prompt_ids), "n_new": n_new, **summ, **align,
+           "tokens_per_step": list(st.tokens_per_step), "draft_tokens_per_step": list(st.draft_tokens_per_step),
+           "accepted_per_pos": list(st.num_accepted_tokens_per_pos), "drafted_per_pos": list(st.num_drafts_per_pos),
+           "tested_per_pos": list(st.num_tested_per_pos),
+           "baseline_n_new": n_base, "baseline_decode_s": base.decode_s, "baseline_tpot_s": base_tpot,
+           "spec_decode_s": out.decode_s, "spec_tpot_s": out.decode_s / max(n_new, 1),
+           "draft_step_s": summ["draft_s"] / max(st.num_draft_tokens, 1),
+           "verify_s": summ["target_s"] / max(st.num_drafts, 1)}
+    row["c"] = row["draft_step_s"] / base_tpot
+    row["verify_cost"] = row["verify_s"] / base_tpot
+    row["speedup"] = base_tpot / row["spec_tpot_s"]
+    return row
+
+
+def default_runners(target, drafts: dict, prompts: pd.DataFrame, configs, runner_factory=None):
+    """``(target_runner, {name: draft_runner})``: modules wrapped by ``runner_factory`` (default
+    :func:`workbench.engine.fast_runner`, the engine with its KV cache sized for these prompts and
+    configs, or ``HFRunner`` for architectures it does not cover); runners are used as given.
+    ``drafts``: ``{name: module | Runner | (module, info)}``."""
+    if runner_factory is None:
+        need = max(len(p) for p in prompts["prompt_ids"]) + max(c.max_new_tokens + c.k_max for c in configs) + 2
+        runner_factory = lambda m: fast_runner(m, max_seq=need)
+    wrap = lambda m: runner_factory(m) if isinstance(m, torch.nn.Module) else m
+    return wrap(target), {name: wrap(d[0] if isinstance(d, tuple) else d) for name, d in drafts.items()}
+
+
 def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_factory=None,
-             stop_token_ids=(), progress: bool = False, clock=None) -> pd.DataFrame:
+             stop_token_ids=(), progress: bool = False, clock=None, loop: str = "auto",
+             cache: SpecCache | None = None) -> pd.DataFrame:
     """Run every (prompt, draft, config); return one row each.
 
     Args:
         target: module or Runner. drafts: ``{name: module | Runner | (module, info)}``.
         prompts: DataFrame with ``prompt_id, category, prompt_ids`` (see :func:`encode_prompts`).
         configs: one :class:`SpecConfig` or a list.
-        runner_factory: module -> Runner (default :func:`workbench.engine.fast_runner`: the engine,
-            whose KV cache is sized for these prompts and configs; ``HFRunner`` for architectures it
-            does not cover). Runners given directly are used as they are.
+        runner_factory: module -> Runner (see :func:`default_runners`). Runners given directly are
+            used as they are.
         clock: timer for every timing (default ``time.perf_counter``; ``time.process_time`` = CPU time
             of this process, robust to other jobs on a shared CPU, for CPU runs only).
+        loop: speculative loop (``speculative_generate``): ``"auto"`` takes the device loop for engine
+            runners; column ``loop`` says which ran.
+        cache: a :class:`SpecCache` shared between calls (baselines and alignment computed once).
 
     Returns:
-        DataFrame: config fields, ``draft, prompt_id, category, n_prompt, n_new``, the counters of
+        DataFrame: config fields (``acceptance`` among them: ``"synthetic"`` rows are a timing what-if),
+        ``draft, loop, prompt_id, category, n_prompt, n_new``, the counters of
         ``SpecDecodingStats.summary()``, list columns ``tokens_per_step``, ``draft_tokens_per_step``,
-        ``accepted_per_pos``, ``drafted_per_pos``; alignment means ``kl_pq, kl_qp, tv, alpha_pred``
-        along the baseline (target) trajectory; times ``baseline_tpot_s`` (plain decode per token),
-        ``spec_tpot_s``, ``draft_step_s`` (per draft forward), ``verify_s`` (per verify step);
-        ratios ``c`` = draft_step_s / baseline_tpot_s, ``verify_cost`` = verify_s / baseline_tpot_s,
-        ``speedup`` = baseline_tpot_s / spec_tpot_s. Neither prints nor saves.
+        ``accepted_per_pos``, ``drafted_per_pos``, ``tested_per_pos``; alignment means ``kl_pq, kl_qp,
+        tv, alpha_pred`` along the baseline (target) trajectory; times ``baseline_tpot_s`` (plain
+        decode per token), ``spec_tpot_s``, ``draft_step_s`` (per draft forward), ``verify_s`` (per
+        verify step); ratios ``c`` = draft_step_s / baseline_tpot_s, ``verify_cost`` = verify_s /
+        baseline_tpot_s, ``speedup`` = baseline_tpot_s / spec_tpot_s. Neither prints nor saves.
     """
     configs = [configs] if isinstance(configs, SpecConfig) else list(configs)
+    if any(getattr(c, "acceptance", "rejection") != "synthetic" for c in configs):  # synthetic: a timing what-if
+        require_trained(target, "speculative decoding's alignment and acceptance (alpha, tau)")
     timer = {} if clock is None else {"clock": clock}
-    if runner_factory is None:  # the engine (every timing goes through it); HFRunner if unsupported
-        from workbench.engine import fast_runner
-
-        need = max(len(p) for p in prompts["prompt_ids"]) + max(c.max_new_tokens + c.k_max for c in configs) + 2
-        runner_factory = lambda m: fast_runner(m, max_seq=need)
-    make = runner_factory
-    wrap = lambda m: m if not isinstance(m, torch.nn.Module) else make(m)
-    t_run = wrap(target)
-    d_runs = {name: wrap(d[0] if isinstance(d, tuple) else d) for name, d in drafts.items()}
+    t_run, d_runs = default_runners(target, drafts, prompts, configs, runner_factory)
+    cache = cache if cache is not None else SpecCache(max_baselines=1)
     groups: dict = {}
     for cfg in configs:
-        groups.setdefault(_sampling_key(cfg), []).append(cfg)
+        groups.setdefault(sampling_key(cfg), []).append(cfg)
     it = list(prompts.itertuples(index=False))
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc="prompts")
     rows = []
-    for pr in it:
+    for pr in tqdm(it, desc="prompts", disable=not progress):
         for group in groups.values():
-            base_cfg = group[0]
-            base = autoregressive_generate(t_run, pr.prompt_ids, config=base_cfg, return_logits=True,
-                                           stop_token_ids=stop_token_ids, **timer)
-            n_base = len(base.tokens)
-            base_tpot = base.decode_s / (n_base - 1) if n_base > 1 else float("nan")
+            base = cache.baseline(t_run, pr.prompt_id, pr.prompt_ids, group[0], stop_token_ids, timer)
             for name, d_run in d_runs.items():
-                q_logits = score_positions(d_run, pr.prompt_ids, base.tokens)
-                al = alignment_metrics(base.logits, q_logits, base_cfg.temperature, base_cfg.top_p)
-                align = {c: float(al[c].mean()) for c in ("kl_pq", "kl_qp", "tv", "alpha_pred")}
+                align = cache.align(name, d_run, pr.prompt_id, pr.prompt_ids, base, group[0])
                 for cfg in group:
-                    out = speculative_generate(t_run, d_run, pr.prompt_ids, config=cfg,
+                    out = speculative_generate(t_run, d_run, pr.prompt_ids, config=cfg, loop=loop,
                                                stop_token_ids=stop_token_ids, **timer)
-                    st = out.stats
-                    n_new = len(out.tokens)
-                    row = {**cfg.to_row(), "draft": name, "prompt_id": pr.prompt_id, "category": pr.category,
-                           "n_prompt": len(pr.prompt_ids), "n_new": n_new, **st.summary(), **align,
-                           "n_align": len(al), "tokens_per_step": list(st.tokens_per_step),
-                           "draft_tokens_per_step": list(st.draft_tokens_per_step),
-                           "accepted_per_pos": list(st.num_accepted_tokens_per_pos),
-                           "drafted_per_pos": list(st.num_drafts_per_pos),
-                           "baseline_n_new": n_base, "baseline_decode_s": base.decode_s,
-                           "baseline_tpot_s": base_tpot, "spec_decode_s": out.decode_s,
-                           "spec_tpot_s": out.decode_s / max(n_new, 1),
-                           "draft_step_s": st.summary()["draft_s"] / max(st.num_draft_tokens, 1),
-                           "verify_s": st.summary()["target_s"] / max(st.num_drafts, 1)}
-                    row["c"] = row["draft_step_s"] / base_tpot
-                    row["verify_cost"] = row["verify_s"] / base_tpot
-                    row["speedup"] = base_tpot / row["spec_tpot_s"]
-                    rows.append(row)
+                    rows.append(_row(cfg, name, pr, base, align, out))
     return pd.DataFrame(rows)
 
 
@@ -132,7 +171,8 @@ def _ratio_ci(num: np.ndarray, den: np.ndarray, n_boot: int = 2000, seed: int = 
 def summarize_spec(df: pd.DataFrame, by=("draft", "temperature", "top_p", "policy", "k")) -> pd.DataFrame:
     """Pool ``run_spec`` rows per group: one row each with
 
-    ``n_prompts, alpha`` (accepted / tested drafts) with ``alpha_lo, alpha_hi`` (cluster bootstrap over
+    ``n_prompts, n_steps, n_tested, n_accepted, n_draft_tokens`` (counts, so groups can be pooled
+    again), ``alpha`` (n_accepted / n_tested drafts) with ``alpha_lo, alpha_hi`` (cluster bootstrap over
     prompts, 95%), ``tau`` (1 + accepted / drafts, bonus included) with ``tau_lo, tau_hi``,
     ``draft_acceptance_rate``, alignment means ``kl_pq, kl_qp, tv, alpha_pred``, ``c`` and
     ``verify_cost`` (pooled times), ``speedup`` (realized: pooled baseline per-token time / pooled
@@ -140,9 +180,13 @@ def summarize_spec(df: pd.DataFrame, by=("draft", "temperature", "top_p", "polic
     Eq. 1 and Theorem 3.8 at the measured alpha and c; static policy only, else NaN),
     ``tau_theory_pred`` (Eq. 1 at the *predicted* alpha from alignment: an independent check) and
     ``speedup_theory_verify`` (same with the measured verify cost in place of 1).
+
+    ``acceptance`` and ``synthetic_alpha`` (when present) always join ``by``, so synthetic-acceptance
+    rows (a timing what-if) are never pooled with real ones and stay labelled in the summary.
     """
+    by = list(by) + [c for c in ("acceptance", "synthetic_alpha") if c in df and c not in by]
     out = []
-    for key, g in df.groupby(list(by), sort=True):
+    for key, g in df.groupby(by, sort=True, dropna=False):
         acc = g["num_accepted_tokens"].to_numpy(float)
         rej = g["num_rejections"].to_numpy(float)
         drafts = g["num_drafts"].to_numpy(float)
@@ -152,7 +196,9 @@ def summarize_spec(df: pd.DataFrame, by=("draft", "temperature", "top_p", "polic
         c = g["draft_s"].sum() / g["num_draft_tokens"].sum() / base_t
         verify_cost = g["target_s"].sum() / g["num_drafts"].sum() / base_t
         row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
-        row.update(n_prompts=g["prompt_id"].nunique(), n_steps=int(drafts.sum()), alpha=alpha, alpha_lo=a_lo,
+        row.update(n_prompts=g["prompt_id"].nunique(), n_steps=int(drafts.sum()), n_tested=int((acc + rej).sum()),
+                   n_accepted=int(acc.sum()), n_draft_tokens=int(g["num_draft_tokens"].sum()),
+                   alpha=alpha, alpha_lo=a_lo,
                    alpha_hi=a_hi, tau=r_tau, tau_lo=t_lo, tau_hi=t_hi,
                    draft_acceptance_rate=acc.sum() / g["num_draft_tokens"].sum(),
                    **{m: g[m].mean() for m in ("kl_pq", "kl_qp", "tv", "alpha_pred")},
@@ -170,4 +216,4 @@ def summarize_spec(df: pd.DataFrame, by=("draft", "temperature", "top_p", "polic
     return pd.DataFrame(out)
 
 
-__all__ = ["encode_prompts", "run_spec", "summarize_spec"]
+__all__ = ["SpecCache", "default_runners", "encode_prompts", "run_spec", "sampling_key", "summarize_spec"]

@@ -52,4 +52,29 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     return out.reshape(probs.shape[:-1])
 
 
-__all__ = ["probs_from_logits", "sample", "validate_sampling"]
+def sample_race(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row from the unnormalised ``weights`` ``[..., V]`` (>= 0, each row with a
+    positive entry) without ``torch.multinomial``; returns int64 ``[...]`` on their device.
+
+    The exponential race: with E_x ~ Exp(1) i.i.d., ``argmax_x w(x) / E_x`` is x with probability
+    w(x) / sum w (E_x / w(x) ~ Exp(w(x)), and the minimum of independent exponentials is the one with
+    rate w(x) with probability proportional to it; the Gumbel-max trick in another form). It is
+    gpt-fast's ``multinomial_sample_one_no_sync`` and vLLM's recovered-token sampler
+    (``v1/sample/rejection_sampler.py``, ``sample_recovered_tokens``): argmax needs no host
+    synchronization and no normalisation. Zero weights are never drawn (E is clamped away from 0).
+    """
+    e = torch.empty_like(weights, dtype=torch.float32).exponential_(generator=generator)
+    return (weights.float() / e.clamp_min_(torch.finfo(torch.float32).tiny)).argmax(-1)
+
+
+def make_generator(generator: torch.Generator | None, seed: int, device) -> torch.Generator:
+    """``generator`` if given, else a new ``torch.Generator`` on ``device`` seeded with ``seed``.
+
+    Sampling stays on the device the logits live on; a CUDA generator draws a different stream than
+    a CPU one with the same seed (the same distribution, other tokens)."""
+    if generator is not None:
+        return generator
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+__all__ = ["make_generator", "probs_from_logits", "sample", "sample_race", "validate_sampling"]

@@ -15,6 +15,7 @@ forward; c = draft step cost / target step cost.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def _check(alpha, c=0.0) -> None:
@@ -59,6 +60,19 @@ def best_k(alpha: float, c: float, k_max: int = 32, verify_cost: float = 1.0) ->
     return int(ks[i]), float(s[i])
 
 
+def best_k_table(summary: pd.DataFrame, k_max: int = 32) -> pd.DataFrame:
+    """:func:`best_k` at each row's measured ``alpha`` (clipped to [0, 1]) and ``c`` of a
+    :func:`workbench.spec.run.summarize_spec` frame: its group columns that are present (``draft,
+    temperature, top_p, policy, k, acceptance``) plus ``alpha, c, best_k, best_speedup``. A best
+    speedup below 1 says: plain decoding is faster with this draft on this hardware at every k."""
+    keys = [c for c in ("draft", "temperature", "top_p", "policy", "k", "acceptance") if c in summary]
+    rows = []
+    for r in summary.itertuples(index=False):
+        k, s = best_k(float(np.clip(r.alpha, 0, 1)), float(r.c), k_max)
+        rows.append({**{c: getattr(r, c) for c in keys}, "alpha": r.alpha, "c": r.c, "best_k": k, "best_speedup": s})
+    return pd.DataFrame(rows, columns=[*keys, "alpha", "c", "best_k", "best_speedup"])
+
+
 def simulate_tokens_per_step(alpha: float, k: int, n_steps: int, seed: int = 0) -> np.ndarray:
     """Monte Carlo under the i.i.d. model: tokens emitted in each of ``n_steps`` steps (int ``[n]``):
     1 + the number of leading successes among k Bernoulli(alpha) trials."""
@@ -67,4 +81,4 @@ def simulate_tokens_per_step(alpha: float, k: int, n_steps: int, seed: int = 0) 
     return 1 + np.cumprod(acc, axis=1).sum(axis=1)
 
 
-__all__ = ["best_k", "expected_tokens_per_step", "simulate_tokens_per_step", "speedup"]
+__all__ = ["best_k", "best_k_table", "expected_tokens_per_step", "simulate_tokens_per_step", "speedup"]

@@ -18,16 +18,17 @@ import torch
 from workbench.engine import Engine
 from workbench.engine.int4 import Int4Linear
 
-__all__ = ["MemoryProbe", "build_engine", "footprint_bytes", "is_random", "resized"]
+__all__ = ["MemoryProbe", "build_engine", "footprint_bytes", "is_config", "resized"]
 
 
-def is_random(model) -> bool:
-    """True for an HF config (dict or ``PretrainedConfig``): a random-init model, timing only."""
+def is_config(model) -> bool:
+    """True for an HF config (dict or ``PretrainedConfig``) instead of a module: built with random
+    weights on the device (``Engine.from_config``), timing only."""
     return isinstance(model, dict) or (not isinstance(model, torch.nn.Module) and hasattr(model, "model_type"))
 
 
 def _check_groups(model, group_size: int) -> None:
-    cfg = model if is_random(model) else model.config
+    cfg = model if is_config(model) else model.config
     get = cfg.get if isinstance(cfg, dict) else lambda k, d=None: getattr(cfg, k, d)
     for name in ("hidden_size", "intermediate_size"):
         if int(get(name)) % group_size:
@@ -47,7 +48,7 @@ def build_engine(model, quantized: bool, *, quant_method: str = "rtn", group_siz
     that would dequantize them (their timing would be the base precision's)."""
     if quantized:
         _check_groups(model, group_size)
-    if is_random(model):
+    if is_config(model):
         if quantized and quant_method != "rtn":
             raise ValueError("a random-init model has nothing to calibrate AWQ/GPTQ on; use quant_method='rtn'")
         return Engine.from_config(model, max_batch=max_batch, max_seq=max_seq, dtype=dtype, device=device,

@@ -22,6 +22,7 @@ import torch
 
 from workbench.engine import Engine
 from workbench.eval.fidelity import token_metrics
+from workbench.models import require_trained
 from workbench.stats import binomial_ci
 
 __all__ = ["KVStudyConfig", "by_bucket", "kv_speed", "run_kv_study", "run_kv_window"]
@@ -69,7 +70,9 @@ def run_kv_window(model, window: torch.Tensor, config: KVStudyConfig, *, window_
     ``kl`` (nats), ``top1`` (0/1), ``nll_ref``, ``nll_kv`` (NaN at the last position), ``kv_bytes_per_token``
     (all layers, scales included), ``decode_ms`` (a decode step after ``position + 1`` cached tokens,
     at the timed contexts only, else NaN) and ``ref_decode_ms`` (the same for the reference cache).
-    Raises ValueError when the window exceeds the model's context limit."""
+    Raises ValueError when the window exceeds the model's context limit, RandomWeightsError for a
+    random-init model (fidelity needs trained weights)."""
+    require_trained(model, "KV-cache fidelity (KL, top-1 agreement by position)")
     limit = int(getattr(model.config, "max_position_embeddings", 1 << 30))
     n = int(window.numel())
     if n > limit:

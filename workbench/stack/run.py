@@ -17,9 +17,10 @@ from functools import partial
 import pandas as pd
 import torch
 
+from workbench.models import is_random
 from workbench.pd.sim import SLO
 from workbench.stack.config import StackConfig
-from workbench.stack.engines import is_random
+from workbench.stack.engines import is_config
 from workbench.stack.load import (
     baseline_capacity,
     deployments,
@@ -84,7 +85,7 @@ def _provenance(target, draft, cfg: StackConfig, prompt: list[int], provenance: 
     return collect_provenance(models or None, seed=cfg.seed, config=cfg.to_row(),
                               data={"prompt": data_digest(torch.tensor(prompt))},
                               random_configs={n: str(m) for n, m in (("target", target), ("draft", draft))
-                                              if is_random(m)})
+                                              if is_config(m)})
 
 
 def _derived_provenance(prov: dict, points: pd.DataFrame, extra: dict) -> dict:
@@ -115,15 +116,16 @@ def run_stack(target, draft, cfg: StackConfig, prompt: list[int], *, device=None
     """Measure and simulate the 8 combinations of ``cfg`` for ``target`` with ``draft``.
 
     ``target`` / ``draft``: HF ``*ForCausalLM`` modules (real weights; real acceptance unless
-    ``cfg.alpha``) or HF configs (random init, timing only; needs ``cfg.alpha``). ``prompt``: token ids
+    ``cfg.alpha``), or random-init ones (``load_model("random:<shape>")``) or HF configs (random init
+    on the device; both timing only and need ``cfg.alpha``). ``prompt``: token ids
     of the fixed request (``cfg.prompt_len`` of them). ``device`` / ``dtype``: where and in what the
     engines run (default: the model's, or CUDA / bf16 when available for configs). ``clock``: seconds
     (``time.perf_counter``; on a shared CPU :class:`workbench.pd.loop.CPUClock`). ``name``: results
     store name (see the module docstring); ``provenance``: default built from the models and the prompt.
 
-    Raises ValueError for a random target without ``cfg.alpha``, or a prompt of the wrong length.
+    Raises ValueError for a random-init target without ``cfg.alpha``, or a prompt of the wrong length.
     """
-    if is_random(target) and cfg.alpha is None:
+    if (is_config(target) or is_random(target)) and cfg.alpha is None:
         raise ValueError("a random-init target has no real acceptance; set StackConfig.alpha (the what-if "
                          "acceptance rate, e.g. the built-in model's measured alpha)")
     if len(prompt) != cfg.prompt_len:
