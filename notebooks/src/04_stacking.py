@@ -91,7 +91,7 @@ print(f"{MODEL} on {dev}; draft {draft_info['draft']} ({draft_info['draft_kind']
 profile = (ProfileConfig(prompt_lens=(16, 32, 48), prefill_batches=(1,), decode_batches=(1, 2, 4), context_lens=(32,),
                          repeats=1, warmup=0) if SMOKE else
            ProfileConfig(prompt_lens=(32, 64, 128), prefill_batches=(1,), decode_batches=(1, 2, 4),
-                         context_lens=(64, 128), repeats=2, warmup=0))
+                         context_lens=(32, 96), repeats=2, warmup=0))
 p_med, o_med = (32, 8) if SMOKE else (64, 32)  # median prompt / output tokens under load (within the profile)
 workload = WorkloadConfig(N_REQUESTS, prompt=LengthDist("lognormal", p_med, 8, 4 * p_med, 0.5),
                           output=LengthDist("lognormal", o_med, 2, 4 * o_med, 0.5), seed=SEED)
@@ -101,7 +101,7 @@ cfg = StackConfig(target=MODEL, draft=DRAFT, quant_method=QUANT, group_size=GROU
                   slo=slo, profile=profile, seed=SEED, splits=((1, 1),) if SMOKE else ((1, 1), (1, 2), (2, 1)),
                   load_fractions=(0.5, 1.0) if SMOKE else (0.25, 0.5, 0.75, 1.0, 1.25), table_load=0.5 if SMOKE else 0.75,
                   whatif_alphas=(0.6, 0.8) if SMOKE else (0.5, 0.6, 0.7, 0.8, 0.9),
-                  whatif_ks=(K,) if SMOKE else (2, 3, 4, 5, 6, 7))
+                  whatif_ks=(K,) if SMOKE else (2, 3, 4, 5, 6))
 
 # %% [markdown]
 # ## 2 · The 8 combinations
@@ -153,8 +153,7 @@ if trained:  # (a random-init model has no fidelity to measure)
 # %%
 qcfgs = [QuantConfig(method="rtn", bits=4, group_size=64)]
 if not SMOKE:
-    qcfgs += [QuantConfig.from_name("rtn_int4_tensor_sym"), QuantConfig.from_name("rtn_int8_channel"),
-              QuantConfig(method="rtn", bits=3, group_size=64)]
+    qcfgs += [QuantConfig.from_name("rtn_int4_tensor_sym"), QuantConfig.from_name("rtn_int8_channel")]
 qrows = run_quant_sweep(model, tok, qcfgs, text=text, n_tokens=256 if SMOKE else 512, seq_len=128 if SMOKE else 256,
                         name="stack_quant", progress=False) if trained else None
 hw_here = HardwareSpec.measure(dev, copy_mb=16 if SMOKE else 64)

@@ -104,7 +104,8 @@ def test_every_claim_has_both_cases():
 
 def test_cpu_stack_is_not_testable():
     v = run_rule(RECORDS[1], {**BASE, "stack": _stack(3.0, 2.5, device="cpu")})
-    assert v.verdict == "not testable here" and "RTX 4090 predicted" in v.measured
+    assert v.verdict == "not testable here" and "on cpu" in v.measured and "4090" not in v.measured
+    assert "RTX 4090 predicted" in run_rule(RECORDS[1], {**BASE, "stack": _stack(3.0, 2.5)}).measured
 
 
 def test_kv_too_short_is_not_testable():

@@ -41,21 +41,22 @@ def stack_speedup(ev: dict, rec) -> Verdict:
     per step) times the speculative gain measured here; shown, not judged. On a CPU: not testable."""
     st, c = ev["stack"], rec.claimed
     want_speed, want_mem = c["tok_s_after"] / c["tok_s_before"], c["mem_before_gb"] / c["mem_after_gb"]
-    hw, arith = HardwareSpec.from_name("rtx-4090"), ev["arith"]["qwen2_7b"]
-    eff = st["bandwidth_efficiency"]
-    bf16 = hw.hbm_gbs * eff["base"] / arith["bf16_gb"]
-    combo = hw.hbm_gbs * eff["W4A16"] / arith["w4a16_gb"] * st["spec_gain"]["W4A16"]
     measured = (f"{st['target']} on {st['device']}: x{st['decode_speedup']:.2f} decode tokens/s "
                 f"({st['base_tok_s']:.1f} -> {st['combined_tok_s']:.1f}), E2E {st['e2e_change']:+.0%}, memory "
                 f"{st['base_mem_gb']:.2f} -> {st['combined_mem_gb']:.2f} GB ({st['mem_source']}); combined/product "
-                f"{st['combined_over_product']:.2f}. RTX 4090 predicted: {bf16:.0f} -> {combo:.0f} tokens/s")
+                f"{st['combined_over_product']:.2f}")
     if not str(st["device"]).startswith("cuda"):
         return Verdict(NOT_TESTABLE, measured, "INT4 kernels and draft/target cost ratios measured on a CPU do not "
                        "transfer to a GPU; run benchmarks/stack_table.py on a GPU for the speedup.")
+    hw, arith, eff = HardwareSpec.from_name("rtx-4090"), ev["arith"]["qwen2_7b"], st["bandwidth_efficiency"]
+    bf16 = hw.hbm_gbs * eff["base"] / arith["bf16_gb"]
+    combo = hw.hbm_gbs * eff["W4A16"] / arith["w4a16_gb"] * st["spec_gain"]["W4A16"]
+    measured += f". RTX 4090 predicted: {bf16:.0f} -> {combo:.0f} tokens/s"
     ok = _close(st["decode_speedup"], want_speed, 0.25) and _close(st["mem_ratio"], want_mem, 0.25)
     why = (f"claimed x{want_speed:.2f} tokens/s and memory / {want_mem:.2f}; measured x{st['decode_speedup']:.2f} "
            f"and / {st['mem_ratio']:.2f} (tolerance 25%). At batch 1 P/D adds the KV transfer and speeds nothing up; "
-           f"the claimed {c['tok_s_before']:g} tokens/s baseline is {c['tok_s_before'] / bf16:.0%} of the predicted bf16 rate on a 4090.")
+           f"the claimed {c['tok_s_before']:g} tokens/s baseline is {c['tok_s_before'] / bf16:.0%} of the predicted "
+           "bf16 rate on a 4090.")
     return Verdict(HOLDS if ok else CONTRADICTED, measured, why)
 
 
