@@ -1,13 +1,14 @@
 """Serving simulator: conservation, closed forms, an M/D/1 queue, monotonicity, determinism, bad input."""
 
 import itertools
+import random
 
 import numpy as np
 import pytest
 
 from workbench.pd import CostModel, HardwareSpec, ModelSpec
 from workbench.pd.sim import SLO, LengthDist, SimConfig, Workload, WorkloadConfig, simulate
-from workbench.pd.sim.instance import cum_steps, steps_until
+from workbench.pd.sim.steps import cum_steps, steps_until, steps_until_reference
 
 TOY = CostModel(a=2.0, b=0.02, c=1e-5, d=5.0, e=0.2, f=0.001)
 ROOF = CostModel.from_roofline(ModelSpec.from_name("qwen2-7b"), HardwareSpec.from_name("h200"))
@@ -29,6 +30,24 @@ def test_cum_steps_matches_brute_force(k, lines):
         got = steps_until(dt, k, a1, b1, a2, b2)
         want = next((m for m in range(1, k + 1) if cum_steps(m, a1, b1, a2, b2) >= dt), k)
         assert got == want
+
+
+def test_steps_until_matches_bisection_reference():
+    """The fast path (quadratic root on the envelope segment, then checked against cum_steps) gives the
+    bisection's answer on 20,000 random stretches: offsets and slopes over five decades, equal and
+    zero slopes, and events at, just before and between step ends. An off-by-one root fails here."""
+    rng = random.Random(0)
+    for _ in range(20_000):
+        kmax = rng.choice([1, 2, 5, 100, 3000, rng.randint(1, 5000)])
+        scale = 10 ** rng.uniform(-3, 2)
+        a1, a2 = (rng.choice([0.0, rng.uniform(0, scale)]) for _ in range(2))
+        b1 = rng.choice([0.0, rng.uniform(0, 1e-2 * scale)])
+        b2 = rng.choice([0.0, b1, rng.uniform(0, 1e-2 * scale)])
+        a1 = a1 if a1 + a2 + b1 + b2 > 0 else 1.0
+        total = cum_steps(kmax, a1, b1, a2, b2)
+        at = cum_steps(rng.randint(1, kmax), a1, b1, a2, b2)
+        dt = max(rng.choice([rng.uniform(0, 1.2 * total), at, at * (1 - 1e-12), total]), 1e-9)
+        assert steps_until(dt, kmax, a1, b1, a2, b2) == steps_until_reference(dt, kmax, a1, b1, a2, b2)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -8,7 +8,8 @@ Requests are routed round-robin over ``config.n_instances`` identical instances.
 from __future__ import annotations
 
 from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.instance import round_robin, run_prefill_first
+from workbench.pd.sim.instance import round_robin
+from workbench.pd.sim.prefill_first import run_prefill_first
 
 NAME = "colocated"
 

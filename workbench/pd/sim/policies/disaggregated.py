@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.instance import run_prefill_first, run_prefill_only
+from workbench.pd.sim.prefill_first import run_prefill_first, run_prefill_only
 
 NAME = "disaggregated"
 
