@@ -1,6 +1,7 @@
 """Discrete-event serving simulator: colocated, chunked-prefill and disaggregated prefill/decode."""
 
-from workbench.pd.sim.config import SLO, SimConfig
+from workbench.pd.metrics import SLO
+from workbench.pd.sim.config import SimConfig
 from workbench.pd.sim.core import (
            deployment_grid,
            first_win_rate,

@@ -1,4 +1,4 @@
-"""Deployment configuration of the serving simulator and the SLOs that define goodput."""
+"""Deployment configuration of the serving simulator."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from workbench.pd.hardware import HardwareSpec
 from workbench.pd.roofline import ModelSpec
+from workbench.pd.sim.policies import check_policy
 
-__all__ = ["SLO", "SimConfig"]
+__all__ = ["SimConfig"]
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,6 @@ class SimConfig:
     link_latency_ms: float = 0.01  # link latency per transfer, ms
 
     def __post_init__(self):
-        from workbench.pd.sim.policies import check_policy
-
         check_policy(self.policy)
         for f in ("n_instances", "n_prefill", "n_decode", "max_batch", "max_prefill_tokens",
                   "max_prefill_batch", "chunk_budget"):
@@ -70,19 +69,3 @@ class SimConfig:
                     "kv_bytes_per_token": model.kv_bytes_per_token, "link_gbs": hw.link_gbs,
                     "link_latency_ms": hw.link_latency_us / 1e3}
         return cls(**(base | kw))
-
-
-@dataclass(frozen=True)
-class SLO:
-    """Per-request service-level objectives in ms; ``None`` = not checked. A request is *good* when it
-    meets every SLO given (``vllm bench serve --goodput ttft:<ms> tpot:<ms> e2el:<ms>``)."""
-
-    ttft_ms: float | None = 400.0  # time to first token
-    tpot_ms: float | None = 40.0  # time per output token after the first
-    e2e_ms: float | None = None  # end-to-end latency
-
-    def __post_init__(self):
-        for f in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            v = getattr(self, f)
-            if v is not None and not v > 0:
-                raise ValueError(f"SLO.{f}={v!r} must be > 0 ms (or None to skip it)")

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.config import SLO, SimConfig
+from workbench.pd.metrics import SLO, request_metrics, summarize
+from workbench.pd.sim.config import SimConfig
 from workbench.pd.sim.policies import get_policy
 from workbench.pd.sim.workload import Workload, WorkloadConfig, generate_workload
 
@@ -31,8 +32,6 @@ def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostM
     Raises ``ValueError`` when a request cannot fit an empty instance's KV cache
     (``prompt + output > kv_capacity_tokens``).
     """
-    from workbench.pd.metrics import request_metrics
-
     if isinstance(workload, WorkloadConfig):
         workload = generate_workload(workload)
     need = int(np.max(workload.prompt_len + workload.output_len))
@@ -61,8 +60,6 @@ def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cos
     """Summaries (see :func:`workbench.pd.metrics.summarize`) for every deployment in ``configs``
     (label -> SimConfig) at every arrival rate (req/s, all GPUs together); columns ``label``, ``rate``
     first. The same seed is used at every rate (common random numbers)."""
-    from workbench.pd.metrics import summarize
-
     rows = []
     for r in rates:
         wl = generate_workload(replace(workload, rate=float(r)))
@@ -99,8 +96,6 @@ def sweep_grid(workloads: dict, deployments: dict, cost: CostModel, rates, slo: 
     quantiles ``q`` of ``ttft_ms`` and ``tpot_ms`` per point (``"quantiles"``: small enough to keep a
     large grid for CDF sliders), or an empty frame (``"none"``). Both carry ``workload``, ``label``,
     ``rate`` and the config columns, ready for sliders to filter."""
-    from workbench.pd.metrics import summarize
-
     if keep not in ("quantiles", "requests", "none"):
         raise ValueError(f"keep={keep!r}; choose 'quantiles', 'requests' or 'none'")
     q = np.linspace(0.0, 1.0, n_quantiles)
