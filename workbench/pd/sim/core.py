@@ -8,7 +8,7 @@ from dataclasses import asdict, replace
 import numpy as np
 import pandas as pd
 
-from workbench.pd.costmodel import CostModel
+from workbench.pd.costmodel import CostModel, PoolCosts
 from workbench.pd.metrics import SLO, request_metrics, summarize
 from workbench.pd.sim.config import SimConfig
 from workbench.pd.sim.policies import get_policy
@@ -21,14 +21,20 @@ _CONFIG_COLS = ("policy", "n_instances", "n_prefill", "n_decode", "chunk_budget"
                 "kv_capacity_tokens")
 
 
-def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostModel, *,
+def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostModel | PoolCosts, *,
              record_itl: bool = False) -> pd.DataFrame:
     """Serve ``workload`` with ``config`` and step times from ``cost``; one row per request.
 
+    ``cost``: one :class:`CostModel` for every instance, or :class:`PoolCosts` (a prefill pool's and a
+    decode pool's, e.g. measured at different precisions, or a speculative decode pool from
+    :func:`~workbench.pd.costmodel.speculative_decode_cost`).
+
     Columns: ``req_id``, ``arrival_s``, ``prompt_len``, ``output_len``, ``ttft_ms``, ``tpot_ms``,
     ``e2e_ms``, ``first_token_s``, ``finish_s``, ``n_preempt``, ``n_tokens`` (generated, counted by the
-    simulator), ``instance``, ``n_gpus`` and the config fields in ``_CONFIG_COLS``. Times are simulated
-    (ms from t = 0). Deterministic: the same inputs give the same frame.
+    simulator), ``instance``, ``n_gpus`` and the config fields in ``_CONFIG_COLS``; disaggregated runs
+    add ``prefill_instance``, ``prefill_done_s`` and ``kv_ready_s``. Times are simulated (s or ms from
+    t = 0) and client-side: a disaggregated request's first token is the decode instance's (see
+    :mod:`workbench.pd.sim.policies.disaggregated`). Deterministic: the same inputs give the same frame.
     Raises ``ValueError`` when a request cannot fit an empty instance's KV cache
     (``prompt + output > kv_capacity_tokens``).
     """
@@ -38,13 +44,18 @@ def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostM
     if need > config.kv_capacity_tokens:
         raise ValueError(f"SimConfig.kv_capacity_tokens={config.kv_capacity_tokens} is too small for one "
                          f"request of {need} tokens (prompt + output); raise it to >= {need}")
-    out = get_policy(config.policy)(workload, config, cost, record_itl)
+    out = get_policy(config.policy)(workload, config, PoolCosts.of(cost), record_itl)
     m = request_metrics(workload.arrival_s * 1e3, out["first_ms"], out["finish_ms"], workload.output_len)
     df = pd.DataFrame({"req_id": np.arange(len(workload)), "arrival_s": workload.arrival_s,
                        "prompt_len": workload.prompt_len, "output_len": workload.output_len, **m,
                        "first_token_s": out["first_ms"] / 1e3, "finish_s": out["finish_ms"] / 1e3,
                        "n_preempt": out["n_preempt"], "n_tokens": out["n_tokens"],
                        "instance": out["instance"]})
+    for key in ("prefill_done_ms", "kv_ready_ms"):  # disaggregated: the prefill side's times
+        if key in out:
+            df[key.replace("_ms", "_s")] = out[key] / 1e3
+    if "prefill_instance" in out:
+        df["prefill_instance"] = out["prefill_instance"]
     if record_itl:
         df["itl_ms"] = [np.diff(np.asarray(x, np.float64)) for x in out["token_ms"]]
         df["itl_max_ms"] = [float(x.max()) if x.size else np.nan for x in df["itl_ms"]]
@@ -55,7 +66,7 @@ def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostM
     return df
 
 
-def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cost: CostModel,
+def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cost: CostModel | PoolCosts,
                     rates, slo: SLO) -> pd.DataFrame:
     """Summaries (see :func:`workbench.pd.metrics.summarize`) for every deployment in ``configs``
     (label -> SimConfig) at every arrival rate (req/s, all GPUs together); columns ``label``, ``rate``
@@ -89,7 +100,7 @@ def deployment_grid(base: SimConfig, splits=((1, 1),), chunk_budgets=(512,), lin
     return out
 
 
-def sweep_grid(workloads: dict, deployments: dict, cost: CostModel, rates, slo: SLO,
+def sweep_grid(workloads: dict, deployments: dict, cost: CostModel | PoolCosts, rates, slo: SLO,
                keep: str = "quantiles", n_quantiles: int = 101) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate every (workload label, deployment label, rate); returns ``(detail, summary)``: one
     summary row per point, and ``detail`` = per-request rows (``keep="requests"``), ``n_quantiles``

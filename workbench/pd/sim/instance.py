@@ -41,7 +41,7 @@ class Requests:
         n = len(arrival)
         self.arrival, self.prompt, self.n_out = arrival, prompt, n_out
         self.has_kv = list(has_kv) if has_kv is not None else [False] * n
-        self.generated = [1 if h else 0 for h in self.has_kv]
+        self.generated = [0] * n
         nan = float("nan")
         self.first, self.finish = [nan] * n, [nan] * n
         self.n_preempt, self.n_tokens = [0] * n, [0] * n

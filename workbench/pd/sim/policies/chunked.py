@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from workbench.pd.costmodel import CostModel
+from workbench.pd.costmodel import CostModel, PoolCosts
 from workbench.pd.sim.instance import DecodeBatch, Requests, round_robin
 
 NAME = "chunked"
@@ -120,8 +120,10 @@ def _hybrid_step(reqs, batch, prefills: Prefills, cost: CostModel, budget: int, 
     return t
 
 
-def run(workload, config, cost: CostModel, record: bool = False) -> dict:
+def run(workload, config, costs: PoolCosts, record: bool = False) -> dict:
     """Round-robin over ``config.n_instances`` chunked instances; per-request arrays (ms), and with
-    ``record`` ``token_ms``: every request's token times."""
+    ``record`` ``token_ms``: every request's token times. A hybrid step's prefill terms come from
+    ``costs.prefill``, its decode terms from ``costs.decode`` (:meth:`PoolCosts.combined`)."""
+    cost = costs.combined()
     return round_robin(workload, config.n_instances, record, lambda arr, prompt, out_len: run_chunked(
         arr, prompt, out_len, cost, config.kv_capacity_tokens, config.max_batch, config.chunk_budget, record))
