@@ -85,7 +85,7 @@ runner = make_runner(model, max_batch=max(pcfg.max_batch, 8), max_seq=pcfg.max_s
 clock = CPUClock()
 profile = with_floors(run_profile(runner, pcfg, clock=clock), spec_here, hw_here)
 cost_here = CostModel.fit(profile)
-print(hw_here.name, f"{hw_here.hbm_gbs:.1f} GB/s, {hw_here.bf16_flops / 1e9:.1f} GFLOP/s")
+print(hw_here.name, f"{hw_here.hbm_gbs:.1f} GB/s, {hw_here.matmul_flops / 1e9:.1f} GFLOP/s")
 print(cost_here)
 
 # %%

@@ -95,7 +95,7 @@ class CostModel:
             raise ValueError("compute_efficiency and bandwidth_efficiency must be in (0, 1]")
         if overhead_ms < 0:
             raise ValueError(f"overhead_ms={overhead_ms} must be >= 0")
-        flop_ms = 1e3 / (hw.bf16_flops * compute_efficiency)  # ms per FLOP
+        flop_ms = 1e3 / (hw.matmul_flops * compute_efficiency)  # ms per FLOP
         byte_ms = 1e3 / (hw.hbm_gbs * 1e9 * bandwidth_efficiency)  # ms per byte
         nd = model.n_layers * model.d_attn
         lm_head = 2.0 * model.vocab * model.hidden

@@ -155,7 +155,7 @@ def run_profile(runner, config: ProfileConfig = ProfileConfig(), *, progress: bo
 
 
 def with_floors(profile: pd.DataFrame, model: ModelSpec, hw: HardwareSpec) -> pd.DataFrame:
-    """Add roofline lower bounds per row: ``compute_floor_ms`` (FLOPs / ``hw.bf16_flops``),
+    """Add roofline lower bounds per row: ``compute_floor_ms`` (FLOPs / ``hw.matmul_flops``),
     ``bandwidth_floor_ms`` (bytes / ``hw.hbm_gbs``) and ``floor_ms`` (their max), from
     :mod:`workbench.pd.roofline`. Prefill bytes: the weights once. Decode bytes: weights + KV read."""
     out = profile.copy()
@@ -167,7 +167,7 @@ def with_floors(profile: pd.DataFrame, model: ModelSpec, hw: HardwareSpec) -> pd
         else:
             flops = model.decode_flops(int(r.batch), float(r.kv_tokens))
             nbytes = model.decode_bytes(int(r.batch), float(r.kv_tokens))
-        comp.append(1e3 * flops / hw.bf16_flops)
+        comp.append(1e3 * flops / hw.matmul_flops)
         bw.append(1e3 * nbytes / (hw.hbm_gbs * 1e9))
     out["compute_floor_ms"], out["bandwidth_floor_ms"] = comp, bw
     out["floor_ms"] = np.maximum(out["compute_floor_ms"], out["bandwidth_floor_ms"])

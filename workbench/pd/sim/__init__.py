@@ -11,8 +11,14 @@ from workbench.pd.sim.core import (
            slo_capacity,
            sweep_grid,
 )
-from workbench.pd.sim.workload import LengthDist, Workload, WorkloadConfig, generate_workload
+from workbench.pd.sim.workload import (
+           WORKLOAD_PRESETS,
+           LengthDist,
+           Workload,
+           WorkloadConfig,
+           generate_workload,
+)
 
-__all__ = ["SLO", "LengthDist", "SimConfig", "Workload", "WorkloadConfig", "deployment_grid", "first_win_rate",
-           "generate_workload", "goodput_vs_rate", "select_deployments", "simulate", "slo_capacity",
-           "sweep_grid"]
+__all__ = ["SLO", "WORKLOAD_PRESETS", "LengthDist", "SimConfig", "Workload", "WorkloadConfig", "deployment_grid",
+           "first_win_rate", "generate_workload", "goodput_vs_rate", "select_deployments", "simulate",
+           "slo_capacity", "sweep_grid"]

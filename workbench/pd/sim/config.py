@@ -49,6 +49,16 @@ class SimConfig:
             raise ValueError(f"SimConfig.link_latency_ms={self.link_latency_ms} must be >= 0")
 
     @property
+    def label(self) -> str:
+        """``"colocated x2"``, ``"chunked x2 budget 512"``, ``"disaggregated 1P+1D link 450"``: the
+        deployment as tables and legends name it, from its fields."""
+        if self.policy == "colocated":
+            return f"colocated x{self.n_instances}"
+        if self.policy == "chunked":
+            return f"chunked x{self.n_instances} budget {self.chunk_budget}"
+        return f"disaggregated {self.n_prefill}P+{self.n_decode}D link {self.link_gbs:g}"
+
+    @property
     def n_gpus(self) -> int:
         return self.n_prefill + self.n_decode if self.policy == "disaggregated" else self.n_instances
 

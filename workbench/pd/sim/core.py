@@ -86,18 +86,16 @@ def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cos
 def deployment_grid(base: SimConfig, splits=((1, 1),), chunk_budgets=(512,), link_gbs=(None,)) -> dict:
     """Deployments at equal GPU count: for each ``(n_prefill, n_decode)`` split, colocated and chunked
     (one per chunk budget) with ``n_prefill + n_decode`` instances, and disaggregated (one per link
-    bandwidth; ``None`` keeps ``base.link_gbs``). Returns label -> SimConfig; other fields from ``base``."""
-    out = {}
+    bandwidth; ``None`` keeps ``base.link_gbs``). Returns :attr:`SimConfig.label` -> SimConfig; other
+    fields from ``base``."""
+    configs = []
     for n_p, n_d in splits:
         n = n_p + n_d
-        out[f"colocated x{n}"] = replace(base, policy="colocated", n_instances=n)
-        for cb in chunk_budgets:
-            out[f"chunked x{n} budget {cb}"] = replace(base, policy="chunked", n_instances=n, chunk_budget=cb)
-        for bw in link_gbs:
-            bw = base.link_gbs if bw is None else bw
-            out[f"disaggregated {n_p}P+{n_d}D link {bw:g}"] = replace(
-                base, policy="disaggregated", n_prefill=n_p, n_decode=n_d, link_gbs=bw)
-    return out
+        configs.append(replace(base, policy="colocated", n_instances=n))
+        configs += [replace(base, policy="chunked", n_instances=n, chunk_budget=cb) for cb in chunk_budgets]
+        configs += [replace(base, policy="disaggregated", n_prefill=n_p, n_decode=n_d,
+                            link_gbs=base.link_gbs if bw is None else bw) for bw in link_gbs]
+    return {c.label: c for c in configs}
 
 
 def sweep_grid(workloads: dict, deployments: dict, cost: CostModel | PoolCosts, rates, slo: SLO,
