@@ -1,5 +1,5 @@
-"""``simulate`` one deployment on one workload; ``goodput_vs_rate`` and ``sweep_grid`` sweep rates and
-deployments; ``select_deployments``, ``first_win_rate`` and ``slo_capacity`` read the results."""
+"""``simulate`` one deployment on one workload; ``goodput_vs_rate`` sweeps rates; ``first_win_rate``
+and ``slo_capacity`` read the results (grids of deployments: :mod:`workbench.pd.sim.grid`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from workbench.pd.sim.config import SimConfig
 from workbench.pd.sim.policies import get_policy
 from workbench.pd.sim.workload import Workload, WorkloadConfig, generate_workload
 
-__all__ = ["deployment_grid", "first_win_rate", "goodput_vs_rate", "select_deployments", "simulate",
-           "slo_capacity", "sweep_grid"]
+__all__ = ["CONFIG_COLS", "first_win_rate", "goodput_vs_rate", "simulate", "slo_capacity"]
 
-_CONFIG_COLS = ("policy", "n_instances", "n_prefill", "n_decode", "chunk_budget", "link_gbs",
+CONFIG_COLS = ("policy", "n_instances", "n_prefill", "n_decode", "chunk_budget", "link_gbs",
                 "kv_capacity_tokens")
 
 
@@ -31,7 +30,7 @@ def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostM
 
     Columns: ``req_id``, ``arrival_s``, ``prompt_len``, ``output_len``, ``ttft_ms``, ``tpot_ms``,
     ``e2e_ms``, ``first_token_s``, ``finish_s``, ``n_preempt``, ``n_tokens`` (generated, counted by the
-    simulator), ``instance``, ``n_gpus`` and the config fields in ``_CONFIG_COLS``; disaggregated runs
+    simulator), ``instance``, ``n_gpus`` and the config fields in ``CONFIG_COLS``; disaggregated runs
     add ``prefill_instance``, ``prefill_done_s`` and ``kv_ready_s``. Times are simulated (s or ms from
     t = 0) and client-side: a disaggregated request's first token is the decode instance's (see
     :mod:`workbench.pd.sim.policies.disaggregated`). Deterministic: the same inputs give the same frame.
@@ -60,7 +59,7 @@ def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostM
         df["itl_ms"] = [np.diff(np.asarray(x, np.float64)) for x in out["token_ms"]]
         df["itl_max_ms"] = [float(x.max()) if x.size else np.nan for x in df["itl_ms"]]
     cfg = asdict(config)
-    for c in _CONFIG_COLS:
+    for c in CONFIG_COLS:
         df[c] = cfg[c]
     df["n_gpus"] = config.n_gpus
     return df
@@ -83,75 +82,12 @@ def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cos
     return pd.concat(rows, ignore_index=True)
 
 
-def deployment_grid(base: SimConfig, splits=((1, 1),), chunk_budgets=(512,), link_gbs=(None,)) -> dict:
-    """Deployments at equal GPU count: for each ``(n_prefill, n_decode)`` split, colocated and chunked
-    (one per chunk budget) with ``n_prefill + n_decode`` instances, and disaggregated (one per link
-    bandwidth; ``None`` keeps ``base.link_gbs``). Returns :attr:`SimConfig.label` -> SimConfig; other
-    fields from ``base``."""
-    configs = []
-    for n_p, n_d in splits:
-        n = n_p + n_d
-        configs.append(replace(base, policy="colocated", n_instances=n))
-        configs += [replace(base, policy="chunked", n_instances=n, chunk_budget=cb) for cb in chunk_budgets]
-        configs += [replace(base, policy="disaggregated", n_prefill=n_p, n_decode=n_d,
-                            link_gbs=base.link_gbs if bw is None else bw) for bw in link_gbs]
-    return {c.label: c for c in configs}
-
-
-def sweep_grid(workloads: dict, deployments: dict, cost: CostModel | PoolCosts, rates, slo: SLO,
-               keep: str = "quantiles", n_quantiles: int = 101) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Simulate every (workload label, deployment label, rate); returns ``(detail, summary)``: one
-    summary row per point, and ``detail`` = per-request rows (``keep="requests"``), ``n_quantiles``
-    quantiles ``q`` of ``ttft_ms`` and ``tpot_ms`` per point (``"quantiles"``: small enough to keep a
-    large grid for CDF sliders), or an empty frame (``"none"``). Both carry ``workload``, ``label``,
-    ``rate`` and the config columns, ready for sliders to filter."""
-    if keep not in ("quantiles", "requests", "none"):
-        raise ValueError(f"keep={keep!r}; choose 'quantiles', 'requests' or 'none'")
-    q = np.linspace(0.0, 1.0, n_quantiles)
-    details, sums = [], []
-    for wname, wcfg in workloads.items():
-        for r in rates:
-            wl = generate_workload(replace(wcfg, rate=float(r)))
-            for label, cfg in deployments.items():
-                df = simulate(wl, cfg, cost)
-                df["workload"], df["label"], df["rate"] = wname, label, float(r)
-                s = summarize(df, slo)
-                cols = ("workload", "label", "rate", *_CONFIG_COLS, "n_gpus")
-                for c in cols:
-                    s[c] = df[c].iloc[0]
-                sums.append(s)
-                if keep == "requests":
-                    details.append(df)
-                elif keep == "quantiles":
-                    qd = pd.DataFrame({"q": q, "ttft_ms": np.nanquantile(df["ttft_ms"], q),
-                                       "tpot_ms": np.nanquantile(df["tpot_ms"], q)
-                                       if df["tpot_ms"].notna().any() else np.nan})
-                    for c in cols:
-                        qd[c] = df[c].iloc[0]
-                    details.append(qd)
-    detail = pd.concat(details, ignore_index=True) if details else pd.DataFrame()
-    return detail, pd.concat(sums, ignore_index=True)
-
-
-def select_deployments(df: pd.DataFrame, n_prefill: int, n_decode: int, chunk_budget: int,
-                       link_gbs: float) -> pd.DataFrame:
-    """Rows of a :func:`sweep_grid` frame for one slider setting: colocated and chunked with
-    ``n_prefill + n_decode`` GPUs (chunked at ``chunk_budget``) and disaggregated ``n_prefill``P +
-    ``n_decode``D at ``link_gbs``."""
-    n = n_prefill + n_decode
-    pol, gpus = df["policy"], df["n_gpus"]
-    keep = ((pol == "colocated") & (gpus == n)) | ((pol == "chunked") & (gpus == n)
-                                                  & (df["chunk_budget"] == chunk_budget))
-    keep |= ((pol == "disaggregated") & (df["n_prefill"] == n_prefill) & (df["n_decode"] == n_decode)
-             & np.isclose(df["link_gbs"], link_gbs))
-    return df[keep]
-
-
 def first_win_rate(summary: pd.DataFrame, baseline: str, challenger: str, *, margin: float = 0.02,
                    min_attainment: float = 0.9):
     """Lowest ``rate`` at which ``challenger`` (a ``label``) has goodput more than ``margin`` (relative)
     above ``baseline``'s while still meeting the SLOs for at least ``min_attainment`` of its requests
-    (beyond that both are overloaded and a "win" means nothing); ``None`` if it never does."""
+    (beyond that both are overloaded and a "win" means nothing); ``None`` if it never does. A fixed
+    margin with no uncertainty: for a conclusion, use :func:`workbench.pd.verdict.compare_deployments`."""
     a = summary[summary["label"] == baseline].set_index("rate")
     b = summary[summary["label"] == challenger].set_index("rate")
     for r in sorted(set(a.index) & set(b.index)):
