@@ -80,6 +80,7 @@ def _per_rate(summary: pd.DataFrame, baseline: str, challenger: str, level: floa
             raise ValueError(f"at rate {r} the two deployments have different batch counts; simulate both "
                              "on the same workload with the same n_batches")
         diff, lo, hi = batch_ci(gb - ga, level)
+        lo, hi = max(lo, -1.0), min(hi, 1.0)  # a difference of two fractions lies in [-1, 1]
         att_a, att_b = float(a.loc[r, "slo_attainment"]), float(b.loc[r, "slo_attainment"])
         winner = NO_DIFFERENCE
         if lo > 0 and att_b >= min_attainment:
