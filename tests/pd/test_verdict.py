@@ -52,7 +52,7 @@ def test_no_difference_at_full_attainment_where_the_margin_rule_claimed_a_win():
     assert first_win_rate(df, "colocated x2", "disaggregated 1P+1D link 450") == 80.0
     v = compare_deployments(df, "colocated x2", "disaggregated 1P+1D link 450")
     assert v.winner is None and v.ci == (0.0, 0.0)
-    assert v.text.startswith("no difference between disaggregated 1P+1D link 450 and colocated x2")
+    assert v.text.startswith("no difference between disaggregated 1P+1D link 450 and colocated x2 at any rate")
 
 
 def test_win_needs_ci_above_zero_and_attainment():
@@ -85,3 +85,17 @@ def test_good_batch_means_in_arrival_order():
     df = pd.DataFrame({"req_id": [3, 2, 1, 0], "arrival_s": [3.0, 2, 1, 0], "output_len": [2] * 4,
                        "ttft_ms": [1.0, 1.0, 500.0, 500.0], "tpot_ms": [1.0] * 4, "e2e_ms": [2.0, 2.0, 501.0, 501.0]})
     assert good_batch_means(df, SLO(ttft_ms=100, tpot_ms=None), n_batches=2) == [0.0, 1.0]
+
+
+def test_significant_but_negligible_or_overloaded_differences_are_no_difference():
+    """0.2 points of attainment with a CI above zero is real but below min_diff (1 point); a 30-point
+    gap where both serve under 90% is overload, not a win."""
+    rng = np.random.default_rng(5)
+    a = [list(0.99 + 0.001 * rng.standard_normal(30)) for _ in range(3)]
+    b = [list(np.asarray(a[0]) + 0.002), list(np.asarray(a[1]) + 0.002), list(np.asarray(a[2]) + 0.3)]
+    df = _table([0.99, 0.99, 0.4], [0.992, 0.992, 0.7], [10, 40, 32], [10, 40, 56], a, b)
+    v = compare_deployments(df, "colocated x2", "disaggregated 1P+1D link 450")
+    assert v.table["ci_lo"].gt(0).all() and v.winner is None
+    assert "at any rate where one meets the SLOs for >= 90% of requests (largest difference +0.2 points" in v.text
+    assert compare_deployments(df, "colocated x2", "disaggregated 1P+1D link 450", min_diff=0.001).winner == \
+        "disaggregated 1P+1D link 450"

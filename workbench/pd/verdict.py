@@ -6,10 +6,11 @@ the paired difference of their good-request indicators (completed and within eve
 drains), so the uncertainty comes from **batch means** (Law, "Simulation Modeling and Analysis",
 5th ed., sec. 9.5.3): the requests, in arrival order, are cut into ``n_batches`` contiguous batches,
 each batch's mean difference is one observation, and the confidence interval is Student's t over
-those. A deployment *beats* another at a rate only when that interval excludes zero and the winner
-meets the SLOs for at least ``min_attainment`` of its requests (past that point both are overloaded
-and a "win" means nothing, DistServe's capacity rule, arXiv 2401.09670 sec. 2.1); otherwise the
-verdict is "no difference". Identical schedules give a zero-width interval at zero.
+those. A deployment *beats* another at a rate only when that interval excludes zero, the difference
+is at least ``min_diff`` (a practical threshold: 0.1 points of attainment is real but meaningless),
+and the winner meets the SLOs for at least ``min_attainment`` of its requests (past that point both
+are overloaded and a "win" means nothing, DistServe's capacity rule, arXiv 2401.09670 sec. 2.1);
+otherwise the verdict is "no difference". Identical schedules give a zero-width interval at zero.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class Verdict:
     table: pd.DataFrame
 
 
-def _per_rate(summary: pd.DataFrame, baseline: str, challenger: str, level: float, min_attainment: float):
+def _per_rate(summary: pd.DataFrame, baseline: str, challenger: str, level: float, min_attainment: float,
+              min_diff: float) -> pd.DataFrame:
     a = summary[summary["label"] == baseline].set_index("rate")
     b = summary[summary["label"] == challenger].set_index("rate")
     if a.empty or b.empty:
@@ -83,9 +85,9 @@ def _per_rate(summary: pd.DataFrame, baseline: str, challenger: str, level: floa
         lo, hi = max(lo, -1.0), min(hi, 1.0)  # a difference of two fractions lies in [-1, 1]
         att_a, att_b = float(a.loc[r, "slo_attainment"]), float(b.loc[r, "slo_attainment"])
         winner = NO_DIFFERENCE
-        if lo > 0 and att_b >= min_attainment:
+        if lo > 0 and diff >= min_diff and att_b >= min_attainment:
             winner = challenger
-        elif hi < 0 and att_a >= min_attainment:
+        elif hi < 0 and diff <= -min_diff and att_a >= min_attainment:
             winner = baseline
         rows.append({"rate": r, "attainment_baseline": att_a, "attainment_challenger": att_b, "diff": diff,
                      "ci_lo": lo, "ci_hi": hi, "goodput_baseline": float(a.loc[r, "goodput_rps"]),
@@ -94,21 +96,25 @@ def _per_rate(summary: pd.DataFrame, baseline: str, challenger: str, level: floa
 
 
 def compare_deployments(summary: pd.DataFrame, baseline: str, challenger: str, *, level: float = 0.95,
-                        min_attainment: float = 0.9) -> Verdict:
+                        min_attainment: float = 0.9, min_diff: float = 0.01) -> Verdict:
     """Compare two deployments (``label`` values) over the swept rates of ``summary``.
 
     ``summary``: one row per (label, rate) on one workload, with ``slo_attainment``, ``goodput_rps``
     and ``good_batches`` (from :func:`good_batch_means`; :func:`workbench.pd.sim.grid.grid_frames`
-    keeps them). Raises ``ValueError`` for an unknown label or mismatched batches.
+    keeps them). ``min_diff``: the smallest difference in SLO attainment (fraction) that counts as a
+    win. Raises ``ValueError`` for an unknown label or mismatched batches.
     """
-    table = _per_rate(summary, baseline, challenger, level, min_attainment)
+    table = _per_rate(summary, baseline, challenger, level, min_attainment, min_diff)
     if table.empty:
         raise ValueError(f"{baseline!r} and {challenger!r} share no swept rate")
     pct = f"{level:.0%} CI"
     wins = table[table["winner"] != NO_DIFFERENCE]
     if wins.empty:
-        row = table.loc[table["diff"].abs().idxmax()]
-        text = (f"no difference between {challenger} and {baseline} at any swept rate (largest difference "
+        served = table[table[["attainment_baseline", "attainment_challenger"]].max(axis=1) >= min_attainment]
+        where = (f"at any rate where one meets the SLOs for >= {min_attainment:.0%} of requests" if len(served)
+                 else f"(neither meets the SLOs for {min_attainment:.0%} of requests at any rate)")
+        row = (served if len(served) else table).pipe(lambda t: t.loc[t["diff"].abs().idxmax()])
+        text = (f"no difference between {challenger} and {baseline} {where} (largest difference "
                 f"{100 * row['diff']:+.1f} points of SLO attainment at {row['rate']:g} req/s, {pct} "
                 f"{100 * row['ci_lo']:+.1f}..{100 * row['ci_hi']:+.1f})")
         return Verdict(baseline, challenger, None, None, float(row["diff"]), (float(row["ci_lo"]), float(row["ci_hi"])),
