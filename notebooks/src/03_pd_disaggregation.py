@@ -161,8 +161,8 @@ plots.plot_cdfs(q_sel, by="label", slo=slo, title=f"CDFs at {r0:g} req/s, 2 GPUs
 
 # %% [markdown]
 # The verdict compares the two deployments on the same requests: the difference in the share of requests that
-# meet the SLOs, with a 95% confidence interval from batch means; "beats" only where the interval excludes zero
-# and the winner meets the SLOs for ≥ 90% of requests, otherwise "no difference".
+# meet the SLOs, with a 95% confidence interval from batch means; "beats" only where the interval excludes zero,
+# the gap is at least 1 point and the winner meets the SLOs for ≥ 90% of requests, otherwise "no difference".
 
 # %%
 colocated = replace(base, policy="colocated", n_instances=2).label
