@@ -20,7 +20,7 @@ import heapq
 import numpy as np
 
 from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.steps import cum_steps, step_ends, steps_until
+from workbench.pd.sim.steps import cum_steps, step_ends, stretch_until
 
 __all__ = ["DecodeBatch", "Requests", "prefill_step_ms", "round_robin"]
 
@@ -130,12 +130,14 @@ class DecodeBatch:
         size, kv = self.size, self.kv_tokens
         lines = (d + e * size + f * kv, f * size, d2 + e2 * size + f2 * kv, f2 * size)
         if until is not None:
-            k = steps_until(until - t, k, *lines)
+            k, elapsed = stretch_until(until - t, k, *lines)
+        else:
+            elapsed = cum_steps(k, *lines)
         if self.awaiting_first:
             self._first_tokens(t + max(lines[0], lines[2]))
         if self.step_end is not None:
             self.step_end.extend(step_ends(t, k, *lines))
-        t += cum_steps(k, *lines)
+        t += elapsed
         self.step += k
         self.kv_tokens += size * k
         if heap[0][0] <= self.step:

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-__all__ = ["cum_steps", "step_ends", "steps_until", "steps_until_reference"]
+__all__ = ["cum_steps", "step_ends", "steps_until", "steps_until_reference", "stretch_until"]
 
 
 def cum_steps(k: int, a1: float, b1: float, a2: float, b2: float) -> float:
@@ -62,11 +62,16 @@ def _root(a: float, b: float, c: float) -> float:
 
 def steps_until(dt: float, kmax: int, a1: float, b1: float, a2: float, b2: float) -> int:
     """Smallest ``k`` in ``[1, kmax]`` with ``cum_steps(k) >= dt`` (``kmax`` if none): the step
-    during which an event ``dt`` ms ahead happens.
+    during which an event ``dt`` ms ahead happens (:func:`stretch_until` without the time)."""
+    return stretch_until(dt, kmax, a1, b1, a2, b2)[0]
+
+
+def stretch_until(dt: float, kmax: int, a1: float, b1: float, a2: float, b2: float) -> tuple[int, float]:
+    """``(k, cum_steps(k))`` for :func:`steps_until`'s ``k``: the stretch and its time, ms.
 
     The candidate is the root of the quadratic on the envelope segment where ``dt`` falls; it is
-    then checked against :func:`cum_steps` itself (usually two evaluations), so the result is
-    exactly :func:`steps_until_reference`'s.
+    then checked against :func:`cum_steps` itself (usually two evaluations), so ``k`` is exactly
+    :func:`steps_until_reference`'s and the time is exactly ``cum_steps(k)``.
     """
     m, fa, fb, sa, sb = _envelope(kmax, a1, b1, a2, b2)
     head = m * fa + fb * (m * (m - 1)) * 0.5  # time of the first m steps
@@ -75,15 +80,20 @@ def steps_until(dt: float, kmax: int, a1: float, b1: float, a2: float, b2: float
     else:  # head + (q - m) sa + sb (q (q - 1) - m (m - 1)) / 2 >= dt
         root = _root(sa, sb, dt - head + m * sa + sb * (m * (m - 1)) * 0.5)
     k = kmax if root >= kmax else max(1, math.ceil(root))
-    if cum_steps(k, a1, b1, a2, b2) >= dt:
-        while k > 1 and cum_steps(k - 1, a1, b1, a2, b2) >= dt:
-            k -= 1
-        return k
+    elapsed = cum_steps(k, a1, b1, a2, b2)
+    if elapsed >= dt:
+        while k > 1:
+            before = cum_steps(k - 1, a1, b1, a2, b2)
+            if before < dt:
+                break
+            k, elapsed = k - 1, before
+        return k, elapsed
     while k < kmax:
         k += 1
-        if cum_steps(k, a1, b1, a2, b2) >= dt:
-            return k
-    return kmax
+        elapsed = cum_steps(k, a1, b1, a2, b2)
+        if elapsed >= dt:
+            break
+    return k, elapsed
 
 
 def steps_until_reference(dt: float, kmax: int, a1: float, b1: float, a2: float, b2: float) -> int:
