@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--workload", default="chat", help="workload preset (WorkloadConfig.from_name)")
     ap.add_argument("--json", type=Path, default=None, help="write every row and verdict here")
     args = ap.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     spec, hw = ModelSpec.from_name(args.model), HardwareSpec.from_name(args.hw)
     costs = {"roofline": CostModel.from_roofline(spec, hw)}
     if args.profile:
@@ -99,7 +100,7 @@ def main() -> None:
         costs["measured H200 profile (Engine)"] = CostModel.fit(prof)
     wl = WorkloadConfig.from_name(args.workload, n_requests=args.n, seed=0)
     slos = [SLO.from_name(s) for s in args.slos]
-    print(f"{spec.name} on {hw.name} (simulated on {platform.processor() or platform.machine()}); KV capacity "
+    print(f"# git {commit[:7]}; {spec.name} on {hw.name} (simulated on a CPU, {platform.machine()}); KV capacity "
           f"{SimConfig.for_hardware(spec, hw).kv_capacity_tokens:,} tokens/GPU; Poisson arrivals; workload "
           f"{wl.label} (lognormal medians, prompt sigma {wl.prompt.sigma} in {wl.prompt.low}..{wl.prompt.high}, "
           f"output sigma {wl.output.sigma} in {wl.output.low}..{wl.output.high}); {args.n} requests per point")
@@ -112,7 +113,6 @@ def main() -> None:
                 verdicts += [v | {"costs": cname} for v in report(res, deps, n_gpu)]
             rows.append(res_all.assign(costs=cname))
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
         meta = vars(args) | {"json": str(args.json), "git_commit": commit, "host": platform.node(),
                              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                              "costs": {k: c.as_dict() for k, c in costs.items()}}
