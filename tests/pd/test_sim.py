@@ -8,7 +8,7 @@ import pytest
 
 from workbench.pd import CostModel, HardwareSpec, ModelSpec
 from workbench.pd.sim import SLO, LengthDist, SimConfig, Workload, WorkloadConfig, simulate
-from workbench.pd.sim.steps import cum_steps, steps_until, steps_until_reference
+from workbench.pd.sim.steps import cum_steps, steps_until, steps_until_reference, stretch_until
 
 TOY = CostModel(a=2.0, b=0.02, c=1e-5, d=5.0, e=0.2, f=0.001)
 ROOF = CostModel.from_roofline(ModelSpec.from_name("qwen2-7b"), HardwareSpec.from_name("h200"))
@@ -34,8 +34,9 @@ def test_cum_steps_matches_brute_force(k, lines):
 
 def test_steps_until_matches_bisection_reference():
     """The fast path (quadratic root on the envelope segment, then checked against cum_steps) gives the
-    bisection's answer on 20,000 random stretches: offsets and slopes over five decades, equal and
-    zero slopes, and events at, just before and between step ends. An off-by-one root fails here."""
+    bisection's answer on 20,000 random stretches, and its time is cum_steps' bit for bit: offsets and
+    slopes over five decades, equal and zero slopes, and events at, just before and between step
+    ends. An off-by-one root fails here."""
     rng = random.Random(0)
     for _ in range(20_000):
         kmax = rng.choice([1, 2, 5, 100, 3000, rng.randint(1, 5000)])
@@ -47,7 +48,8 @@ def test_steps_until_matches_bisection_reference():
         total = cum_steps(kmax, a1, b1, a2, b2)
         at = cum_steps(rng.randint(1, kmax), a1, b1, a2, b2)
         dt = max(rng.choice([rng.uniform(0, 1.2 * total), at, at * (1 - 1e-12), total]), 1e-9)
-        assert steps_until(dt, kmax, a1, b1, a2, b2) == steps_until_reference(dt, kmax, a1, b1, a2, b2)
+        k, elapsed = stretch_until(dt, kmax, a1, b1, a2, b2)
+        assert k == steps_until_reference(dt, kmax, a1, b1, a2, b2) and elapsed == cum_steps(k, a1, b1, a2, b2)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -66,14 +66,26 @@ class CostModel:
         return np.maximum(self.d + self.e * batch + self.f * kv_tokens, d2 + e2 * batch + f2 * kv_tokens)
 
     def mixed_ms(self, tokens, attn_sq, batch, kv_tokens):
-        """Time of a hybrid step (prefill chunk(s) + decodes, Sarathi-Serve); reduces to the pure forms."""
+        """Time of a hybrid step (prefill chunk(s) + decodes, Sarathi-Serve); reduces to the pure forms.
+        Python scalars (see :meth:`mixed_step`)."""
+        return self.mixed_step()(tokens, attn_sq, batch, kv_tokens)
+
+    def mixed_step(self):
+        """:meth:`mixed_ms` as a function with the coefficients bound, for event loops that call it
+        once per step: ``max(fix + b tokens + c attn_sq + e batch + f kv_tokens)`` over the two lines,
+        ``fix`` = the larger of the fixed costs of the phases present."""
+        a, b, c, d, e, f = self.a, self.b, self.c, self.d, self.e, self.f
         a2, b2, c2, d2, e2, f2 = self.floor
-        has_p, has_d = tokens > 0, batch > 0
-        fix1 = max(self.a if has_p else 0.0, self.d if has_d else 0.0)
-        fix2 = max(a2 if has_p else 0.0, d2 if has_d else 0.0)
-        t1 = fix1 + self.b * tokens + self.c * attn_sq + self.e * batch + self.f * kv_tokens
-        t2 = fix2 + b2 * tokens + c2 * attn_sq + e2 * batch + f2 * kv_tokens
-        return max(t1, t2)
+
+        def step_ms(tokens, attn_sq, batch, kv_tokens):
+            has_p, has_d = tokens > 0, batch > 0
+            fix1 = max(a if has_p else 0.0, d if has_d else 0.0)
+            fix2 = max(a2 if has_p else 0.0, d2 if has_d else 0.0)
+            t1 = fix1 + b * tokens + c * attn_sq + e * batch + f * kv_tokens
+            t2 = fix2 + b2 * tokens + c2 * attn_sq + e2 * batch + f2 * kv_tokens
+            return max(t1, t2)
+
+        return step_ms
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in _PREFILL + _DECODE} | {"floor": list(self.floor),

@@ -70,8 +70,8 @@ def stretch_until(dt: float, kmax: int, a1: float, b1: float, a2: float, b2: flo
     """``(k, cum_steps(k))`` for :func:`steps_until`'s ``k``: the stretch and its time, ms.
 
     The candidate is the root of the quadratic on the envelope segment where ``dt`` falls; it is
-    then checked against :func:`cum_steps` itself (usually two evaluations), so ``k`` is exactly
-    :func:`steps_until_reference`'s and the time is exactly ``cum_steps(k)``.
+    then checked against ``cum_steps`` (usually two evaluations, on the same split: the same floats),
+    so ``k`` is exactly :func:`steps_until_reference`'s and the time is exactly ``cum_steps(k)``.
     """
     m, fa, fb, sa, sb = _envelope(kmax, a1, b1, a2, b2)
     head = m * fa + fb * (m * (m - 1)) * 0.5  # time of the first m steps
@@ -80,17 +80,22 @@ def stretch_until(dt: float, kmax: int, a1: float, b1: float, a2: float, b2: flo
     else:  # head + (q - m) sa + sb (q (q - 1) - m (m - 1)) / 2 >= dt
         root = _root(sa, sb, dt - head + m * sa + sb * (m * (m - 1)) * 0.5)
     k = kmax if root >= kmax else max(1, math.ceil(root))
-    elapsed = cum_steps(k, a1, b1, a2, b2)
+
+    def cum(q: int) -> float:  # cum_steps(q), its arithmetic term for term, on the split found above
+        mq = min(q, m)
+        return (mq * fa + fb * (mq * (mq - 1)) * 0.5) + ((q - mq) * sa + sb * (q * (q - 1) - mq * (mq - 1)) * 0.5)
+
+    elapsed = cum(k)
     if elapsed >= dt:
         while k > 1:
-            before = cum_steps(k - 1, a1, b1, a2, b2)
+            before = cum(k - 1)
             if before < dt:
                 break
             k, elapsed = k - 1, before
         return k, elapsed
     while k < kmax:
         k += 1
-        elapsed = cum_steps(k, a1, b1, a2, b2)
+        elapsed = cum(k)
         if elapsed >= dt:
             break
     return k, elapsed

@@ -36,6 +36,7 @@ def run_chunked(arr, prompt, n_out, cost: CostModel, cap: int, max_batch: int, b
     reqs = Requests(arr, prompt, n_out, None, record)
     batch = DecodeBatch(reqs, cost, record)
     prefills = Prefills(len(arr))
+    mixed_ms = cost.mixed_step()  # CostModel.mixed_ms with its coefficients bound
     waiting: deque = deque()  # FCFS
     admitted: list = []  # admission order into prefill: LIFO preemption victims
     n, t, nxt = len(arr), 0.0, 0
@@ -51,7 +52,7 @@ def run_chunked(arr, prompt, n_out, cost: CostModel, cap: int, max_batch: int, b
         if batch.kv_tokens + prefills.reserved + batch.size > cap:
             _preempt(reqs, batch, prefills, waiting, admitted, cap)
         if prefills.queue:
-            t = _hybrid_step(reqs, batch, prefills, cost, budget, t)
+            t = _hybrid_step(reqs, batch, prefills, mixed_ms, budget, t)
             continue
         if batch.size == 0:
             continue
@@ -91,9 +92,10 @@ def _preempt(reqs, batch, prefills: Prefills, waiting: deque, admitted: list, ca
         waiting.appendleft(victim)
 
 
-def _hybrid_step(reqs, batch, prefills: Prefills, cost: CostModel, budget: int, t: float) -> float:
+def _hybrid_step(reqs, batch, prefills: Prefills, mixed_ms, budget: int, t: float) -> float:
     """One step: a token for every running sequence, then prefill chunks up to ``budget`` tokens;
-    a prompt whose last chunk ran emits its first token and joins the batch. Returns the end time."""
+    a prompt whose last chunk ran emits its first token and joins the batch; ``mixed_ms`` times it
+    (:meth:`CostModel.mixed_step`). Returns the end time."""
     size, prompt, generated, progress = batch.size, reqs.prompt, reqs.generated, prefills.progress
     room, tokens, attn_sq, finished = budget - size, 0, 0, []
     for i in prefills.queue:
@@ -108,7 +110,7 @@ def _hybrid_step(reqs, batch, prefills: Prefills, cost: CostModel, budget: int, 
         room -= m
         if done + m == length:
             finished.append(i)
-    t += cost.mixed_ms(tokens, attn_sq, size, batch.kv_tokens)
+    t += mixed_ms(tokens, attn_sq, size, batch.kv_tokens)
     if size:
         batch.tick(t)
     for i in finished:
