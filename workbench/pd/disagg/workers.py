@@ -266,9 +266,9 @@ def worker(rank: int, config: DisaggConfig, workloads, run_dir: str) -> None:
     kw = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend, init_method=f"file://{Path(run_dir) / 'rendezvous'}", rank=rank,
                             world_size=2, timeout=timedelta(seconds=config.timeout_s), **kw)
-    try:
-        with torch.inference_mode():
-            out = _serve_all(rank, config, workloads, device, backend)
-        torch.save(out, Path(run_dir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    with torch.inference_mode():
+        out = _serve_all(rank, config, workloads, device, backend)
+    torch.save(out, Path(run_dir) / f"rank{rank}.pt")
+    # only on success: after a failure the process exits at once (a collective left pending could block
+    # the tear-down) and torch.multiprocessing.spawn terminates the other rank
+    dist.destroy_process_group()
