@@ -135,3 +135,18 @@ def test_fidelity_check_catches_a_planted_scale_bug(tiny, monkeypatch):
     monkeypatch.setattr(kvc, "quantize_int8", scale_too_small)
     bad = _kl(tiny, "int8", ids)
     assert bad > 10 * good and bad > fp8
+
+
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8_e4m3"])
+def test_slot_kv_transfer_with_a_quantized_cache(tiny, kv_dtype):
+    """read_slot_kv dequantizes and write_slot_kv requantizes: a prompt moved to another engine with the
+    same format continues exactly as on the engine that prefilled it (re-encoding a decoded value is
+    exact for both formats)."""
+    ids = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(6))
+    a = Engine.from_hf(tiny, max_seq=32, kv_dtype=kv_dtype)
+    a.extend_batch([0], ids[:, :16])
+    payload = a.read_slot_kv(0, 16)
+    assert payload.dtype == torch.float32 and payload.shape == (2, 2, 2, 16, 16)
+    b = Engine.from_hf(tiny, max_batch=2, max_seq=32, kv_dtype=kv_dtype)
+    b.write_slot_kv(1, payload)
+    assert torch.equal(b.extend_batch([1], ids[:, 16:]), a.extend_batch([0], ids[:, 16:]))

@@ -5,9 +5,10 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from workbench.pd.costmodel import CostModel
+from workbench.pd.costmodel import CostModel, PoolCosts, speculative_decode_cost
 from workbench.pd.sim import LengthDist, WorkloadConfig, generate_workload, simulate
-from workbench.stack.serving import derive_slo, fit_line, pool_cost, sim_config, speculative_cost
+from workbench.spec.theory import expected_tokens_per_step
+from workbench.stack.serving import derive_slo, fit_line, sim_config, speculative_cost
 
 TARGET = CostModel(a=5.0, b=0.1, c=1e-4, d=10.0, e=0.5, f=0.01)
 DRAFT = CostModel(a=1.0, b=0.01, c=1e-5, d=1.0, e=0.05, f=0.001)
@@ -20,9 +21,16 @@ def test_speculative_cost_known_answer():
     assert (c.d, c.e, c.f) == pytest.approx(((2 * 1.0 + 12) / 1.75, (2 * 0.05 + 0.6) / 1.75, (2 * 0.001 + 0.02) / 1.75))
 
 
-def test_pool_cost_takes_prefill_and_decode_lines():
-    c = pool_cost(TARGET, DRAFT)
-    assert (c.a, c.b, c.c, c.d, c.e, c.f) == (5.0, 0.1, 1e-4, 1.0, 0.05, 0.001)
+def test_speculative_cost_matches_pd_when_lines_are_proportional():
+    """Reference cross-check: a draft line c x the target's decode line and a verify line v x it give
+    workbench.pd's speculative_decode_cost(cost, tau, k, draft_ratio=c, verify_ratio=v) exactly."""
+    c, v, k, alpha = 0.15, 1.3, 4, 0.7
+    draft = CostModel(a=1.0, b=0.01, c=1e-5, d=c * TARGET.d, e=c * TARGET.e, f=c * TARGET.f)
+    mine = speculative_cost(TARGET, draft, (v * TARGET.d, v * TARGET.e, v * TARGET.f), k=k, alpha=alpha)
+    ref = speculative_decode_cost(TARGET, tau=float(expected_tokens_per_step(alpha, k)), k=k, draft_ratio=c,
+                                  verify_ratio=v)
+    assert (mine.d, mine.e, mine.f) == pytest.approx((ref.d, ref.e, ref.f), rel=1e-12)
+    assert (mine.a, mine.b) == pytest.approx((TARGET.a + draft.a, TARGET.b + draft.b))  # + the draft's prefill
 
 
 def _wl():
@@ -35,20 +43,12 @@ def _sim(policy, cost):
     return simulate(_wl(), cfg, cost)
 
 
-@pytest.mark.parametrize("policy", ["colocated", "disaggregated"])
-def test_equal_pool_costs_equal_single_cost(policy):
-    """Per-pool costs that are equal give exactly the single-cost run (a pool_cost bug that mixed up the
-    lines fails here: swapping in DRAFT's prefill changes every TTFT)."""
-    a, b = _sim(policy, TARGET), _sim(policy, pool_cost(TARGET, TARGET))
-    pd.testing.assert_frame_equal(a, b)
-
-
-def test_disaggregated_pools_use_their_own_lines():
-    """A faster decode pool shortens every TPOT and delays no first token; a slower prefill pool delays
-    every first token (the lines are not swapped)."""
+def test_mixed_pools_use_their_own_lines():
+    """The mixed deployment's PoolCosts: a faster decode pool shortens every TPOT and delays no first
+    token; a slower prefill pool delays every first token."""
     base = _sim("disaggregated", TARGET)
-    fast_d = _sim("disaggregated", pool_cost(TARGET, replace(TARGET, d=2.0)))
-    slow_p = _sim("disaggregated", pool_cost(replace(TARGET, a=25.0), TARGET))
+    fast_d = _sim("disaggregated", PoolCosts(TARGET, replace(TARGET, d=2.0)))
+    slow_p = _sim("disaggregated", PoolCosts(replace(TARGET, a=25.0), TARGET))
     assert (fast_d["tpot_ms"] < base["tpot_ms"]).all() and (fast_d["ttft_ms"] <= base["ttft_ms"] + 1e-9).all()
     assert (slow_p["ttft_ms"] > base["ttft_ms"]).all()
 

@@ -236,11 +236,14 @@ class Engine:
         """A copy of slot ``slot``'s first ``length`` cached positions, every layer, keys then values:
         ``[2, n_layers, n_kv_heads, length, head_dim]`` in the cache dtype, contiguous, on the engine's
         device (``k_cache[:, slot, :, :length]`` stacked on ``v_cache[...]``); the payload a disaggregated
-        prefill instance sends. Raises ValueError if ``length`` exceeds the slot's cached length."""
+        prefill instance sends. Raises ValueError if ``length`` exceeds the slot's cached length. With another
+        KV-cache format (``kv_dtype``) the payload is dequantized to the compute dtype."""
         if not 0 <= slot < self.max_batch:
             raise ValueError(f"slot={slot} outside [0, {self.max_batch})")
         if not 0 <= length <= int(self._len_host[slot]):
             raise ValueError(f"length {length} outside [0, {int(self._len_host[slot])}] cached in slot {slot}")
+        if self.kvq is not None:
+            return torch.stack(self.kvq.read_slot(slot, length))
         return torch.stack((self.k_cache[:, slot, :, :length], self.v_cache[:, slot, :, :length]))
 
     def write_slot_kv(self, slot: int, kv: torch.Tensor) -> None:
@@ -258,8 +261,11 @@ class Engine:
         length = kv.shape[3]
         if length > self.max_seq:
             raise ValueError(f"kv holds {length} positions > max_seq={self.max_seq}; build a larger engine")
-        self.k_cache[:, slot, :, :length] = kv[0]
-        self.v_cache[:, slot, :, :length] = kv[1]
+        if self.kvq is not None:  # quantized on the way in (kv_cache.py)
+            self.kvq.write_slot(slot, kv[0], kv[1])
+        else:
+            self.k_cache[:, slot, :, :length] = kv[0]
+            self.v_cache[:, slot, :, :length] = kv[1]
         self._len_host[slot] = length
         self._len_dev[slot] = length
 

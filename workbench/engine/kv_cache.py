@@ -177,6 +177,22 @@ class QuantizedKVCache:
             out.append(self._decode(q, s))
         return out[0], out[1]
 
+    def read_slot(self, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of ``slot``'s first ``length`` positions, every layer, dequantized:
+        ``[layers, KV, length, D]`` each, compute dtype (the payload of a slot transfer)."""
+        out = []
+        for store, scale in ((self.k, self.k_scale), (self.v, self.v_scale)):
+            out.append(self._decode(store[:, slot, :, :length], None if scale is None else scale[:, slot, :, :length]))
+        return out[0], out[1]
+
+    def write_slot(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store ``k``, ``v`` ``[layers, KV, L, D]`` (any float dtype) at ``slot``'s positions ``0..L-1``."""
+        for store, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+            codes, sc = self._encode(x.to(store.device))
+            store[:, slot, :, : x.shape[2]] = codes
+            if sc is not None:
+                scale[:, slot, :, : x.shape[2]] = sc
+
     def qkv_rope_write(self, layer: int, qkv, bias, cos, sin, wpos, slots, t: int, n_heads: int,
                        n_kv: int) -> torch.Tensor:
         """The engine's ``qkv_rope_cache`` for this cache: bias + RoPE (torch), then a quantizing write.

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.pd.costmodel import CostModel
+from workbench.pd.costmodel import CostModel, PoolCosts
 from workbench.pd.metrics import summarize
 from workbench.pd.sim import SLO, SimConfig, generate_workload, simulate
 from workbench.stack.config import StackConfig, combo_label
@@ -25,7 +25,6 @@ from workbench.stack.serving import (
     capacity_rps,
     cost_from_row,
     derive_slo,
-    pool_cost,
     sim_config,
     speculative_cost,
 )
@@ -97,7 +96,7 @@ class Deployment:
     n_prefill: int
     n_decode: int
     sim: SimConfig
-    cost: CostModel
+    cost: CostModel | PoolCosts  # one model for every instance, or per-pool costs (the mixed deployment)
 
 
 def _capacity_tokens(row: pd.Series, cfg: StackConfig, mem_gb: float) -> int:
@@ -135,7 +134,7 @@ def deployments(points: pd.DataFrame, cfg: StackConfig, mem_gb: float, costs: di
             sim = sim_config("disaggregated", n_p, n_d, kv_capacity_tokens=_capacity_tokens(row, cfg, mem_gb),
                              kv_bytes_per_token=float(row["kv_bytes_per_token"]), link_gbs=cfg.link_gbs,
                              link_latency_ms=cfg.link_latency_ms)
-            cost = pool_cost(costs[(False, True)], costs[(True, True)])
+            cost = PoolCosts(prefill=costs[(False, True)], decode=costs[(True, True)])
             out.append(Deployment(f"{base} prefill / W4A16 + spec decode {n_p}P+{n_d}D", True, True, True, True,
                                   n_p, n_d, sim, cost))
     return out

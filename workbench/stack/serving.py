@@ -11,11 +11,10 @@ sequence on average, so per emitted token::
 
 (``d_q, e_q, f_q``: the draft's decode line; ``v0, v1, v2``: the target's verify line, fitted to
 measured ``k + 1``-token steps). The draft also prefills every prompt: its prefill line adds to the
-target's. Disaggregated pools with their own costs (e.g. bf16 prefill, W4A16 + spec decode) use one
-:class:`CostModel` whose prefill coefficients are the prefill pool's and whose decode coefficients are
-the decode pool's (:func:`pool_cost`): the disaggregated policy's prefill instances read only the
-former and its decode instances only the latter, except when a decode instance recomputes a
-preempted sequence (then at the prefill pool's cost).
+target's. With a draft line ``c`` times the target's decode line and a verify line ``verify_ratio``
+times it, this is :func:`workbench.pd.costmodel.speculative_decode_cost` (tested); the measured lines
+keep how the draft's and the verify step's costs grow with the batch. Disaggregated pools with their
+own costs (e.g. bf16 prefill, W4A16 + spec decode) are :class:`workbench.pd.costmodel.PoolCosts`.
 """
 
 from __future__ import annotations
@@ -27,12 +26,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.pd.costmodel import CostModel
+from workbench.pd.costmodel import CostModel, PoolCosts
 from workbench.pd.profile import ProfileConfig, run_profile
 from workbench.pd.sim import SLO, SimConfig, WorkloadConfig, generate_workload, simulate
 from workbench.spec.theory import expected_tokens_per_step
 
-__all__ = ["COST_FIELDS", "capacity_rps", "cost_from_row", "cost_to_row", "derive_slo", "fit_line", "pool_cost",
+__all__ = ["COST_FIELDS", "capacity_rps", "cost_from_row", "cost_to_row", "derive_slo", "fit_line",
            "profile_costs", "profile_verify", "sim_config", "speculative_cost"]
 
 COST_FIELDS = ("a", "b", "c", "d", "e", "f")
@@ -104,13 +103,6 @@ def speculative_cost(target: CostModel, draft: CostModel, verify: tuple[float, f
                      source=f"speculative k={k} alpha={alpha:.3f} tau={tau:.2f}: (k draft + verify) / tau")
 
 
-def pool_cost(prefill: CostModel, decode: CostModel) -> CostModel:
-    """One cost model for a disaggregated deployment: prefill coefficients of the prefill pool, decode
-    coefficients of the decode pool (see the module docstring for the one approximation)."""
-    return CostModel(a=prefill.a, b=prefill.b, c=prefill.c, d=decode.d, e=decode.e, f=decode.f,
-                     source=f"prefill pool [{prefill.source}] / decode pool [{decode.source}]")
-
-
 def sim_config(policy: str, n_prefill: int, n_decode: int, *, kv_capacity_tokens: int, kv_bytes_per_token: float,
                link_gbs: float, link_latency_ms: float, max_batch: int = 256) -> SimConfig:
     """The simulator deployment: colocated with ``n_prefill + n_decode`` instances, or disaggregated."""
@@ -131,7 +123,7 @@ def derive_slo(baseline: CostModel, workload: WorkloadConfig) -> SLO:
     return SLO(ttft_ms=round(ttft, 1), tpot_ms=round(tpot, 2))
 
 
-def capacity_rps(workload: WorkloadConfig, config: SimConfig, cost: CostModel) -> float:
+def capacity_rps(workload: WorkloadConfig, config: SimConfig, cost: CostModel | PoolCosts) -> float:
     """Saturation throughput (req/s) of a deployment: its throughput when every request arrives at
     once (a rate far above what it serves)."""
     wl = replace(workload, rate=1e6)
