@@ -77,7 +77,7 @@ def study_config(smoke: bool, alpha: float, k: int):
     return StackConfig(target="random:qwen2-7b", draft="random:qwen2-0.5b (vocab 152064)", group_size=128, k=k,
                        alpha=alpha, prompt_len=512, gen_len=128, repeats=3, slo=SLO(400.0, 40.0),
                        profile=ProfileConfig(prompt_lens=(128, 512, 1024, 2048), prefill_batches=(1, 2, 4),
-                                             decode_batches=(1, 4, 16, 32), context_lens=(512, 2048), repeats=5),
+                                             decode_batches=(1, 4, 16, 32), context_lens=(256, 1024), repeats=5),
                        workload=WorkloadConfig(1000, prompt=LengthDist("lognormal", 512, 16, 4096, 0.8),
                                                output=LengthDist("lognormal", 128, 2, 1024, 0.8)),
                        splits=((1, 1), (1, 2), (2, 1)), whatif_alphas=(0.5, 0.6, 0.7, 0.8, 0.9), whatif_ks=(2, 3, 4, 5, 6, 7))

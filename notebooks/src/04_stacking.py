@@ -101,7 +101,7 @@ cfg = StackConfig(target=MODEL, draft=DRAFT, quant_method=QUANT, group_size=GROU
                   slo=slo, profile=profile, seed=SEED, splits=((1, 1),) if SMOKE else ((1, 1), (1, 2), (2, 1)),
                   load_fractions=(0.5, 1.0) if SMOKE else (0.25, 0.5, 0.75, 1.0, 1.25), table_load=0.5 if SMOKE else 0.75,
                   whatif_alphas=(0.6, 0.8) if SMOKE else (0.5, 0.6, 0.7, 0.8, 0.9),
-                  whatif_ks=(K,) if SMOKE else (2, 3, 4, 5, 6))
+                  whatif_ks=(K,) if SMOKE else (2, 4, 6))
 
 # %% [markdown]
 # ## 2 · The 8 combinations
@@ -135,7 +135,7 @@ res.multiplicative.round(3)
 # %%
 context = KV_CONTEXT or (2048 if dev == "cpu" else int(model.config.max_position_embeddings))
 kv_dtypes = ("bfloat16" if dev == "cpu" else "float16", "fp8_e4m3", "int8")  # vs the compute-dtype cache
-kcfg = KVStudyConfig(kv_dtypes, context=context, chunk=64 if SMOKE else 512, timed=(context // 4, context // 2, context))
+kcfg = KVStudyConfig(kv_dtypes, context=context, chunk=64 if SMOKE else 1024, timed=(context // 4, context // 2, context))
 if trained:  # (a random-init model has no fidelity to measure)
     kv_rows = run_kv_study(model, tok, kcfg, text=text, clock=clock, name="stack_kv")
     buckets = by_bucket(kv_rows)
