@@ -16,6 +16,12 @@ On CUDA, steps with ``T <= graph_max_t`` instead use the split-KV decode-attenti
 from a device tensor and touches only the columns below it: one graph serves every context length and
 the step's attention cost follows the real context, not ``max_seq``.
 
+``kv_dtype`` other than the compute dtype (FP8, INT8 with per-head scales, another float type; see
+:mod:`workbench.engine.kv_cache`) stores keys and values in a :class:`~workbench.engine.kv_cache.QuantizedKVCache`
+instead: RoPE and attention then take the torch path (SDPA over dequantized keys and values, in graph
+steps too); the fused matmuls of :mod:`workbench.engine.dispatch` (which write the cache inside
+the qkv projection) and the decode-attention kernel serve only the compute-dtype cache.
+
 Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row's last valid logits
 ``[B, vocab]`` (prefill and MMLU scoring), and :meth:`Engine.weight_bytes` /
 :meth:`Engine.kv_bytes_per_token` give the bytes a decode step must read (bandwidth floors).
@@ -29,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.engine import dispatch
+from workbench.engine.kv_cache import make_kv_cache, resolve_kv_dtype
 from workbench.engine.ops import get_ops
 from workbench.engine.spec import ModelSpec, rope_tables, round_up
 from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
@@ -73,12 +80,14 @@ class Engine:
 
     Build with :meth:`from_hf` (weights of any Llama/Qwen2/SmolLM HF model) or :meth:`from_config`
     (random init on the device). ``w4a16`` selects group-wise INT4 weights (see
-    :mod:`workbench.engine.int4`) computed with ``w4a16_backend``.
+    :mod:`workbench.engine.int4`) computed with ``w4a16_backend``. ``kv_dtype``: KV-cache storage
+    (``"auto"`` = the compute dtype; ``"fp8_e4m3"``, ``"int8"``, ``"bfloat16"``... see
+    :mod:`workbench.engine.kv_cache`).
     """
 
     def __init__(self, spec: ModelSpec, weights: ModelWeights, hf_config, max_batch: int, max_seq: int,
                  dtype: torch.dtype, device: torch.device, use_graphs: bool | None = None,
-                 graph_max_t: int = 16):
+                 graph_max_t: int = 16, kv_dtype: str = "auto"):
         if max_batch < 1 or max_seq < 1:
             raise ValueError(f"max_batch={max_batch} and max_seq={max_seq} must be >= 1")
         self.spec, self.w, self.dtype, self.device = spec, weights, dtype, device
@@ -94,8 +103,14 @@ class Engine:
         if self.ops.name == "triton" and (spec.head_dim & (spec.head_dim - 1)):
             self.ops = get_ops(torch.device("cpu"))  # the fused RoPE kernel needs a power-of-two head_dim
         shape = (spec.n_layers, max_batch, spec.n_kv_heads, self.s_cache, spec.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
-        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+        # KV cache: the compute dtype in k_cache/v_cache, or another format in self.kvq (kv_cache.py)
+        self.kv_dtype = resolve_kv_dtype(kv_dtype, dtype)
+        self.kvq = make_kv_cache(self.kv_dtype, *shape[:-1], spec.head_dim, dtype, device)
+        if self.kvq is None:
+            self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
+            self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+        else:
+            self.k_cache, self.v_cache = self.kvq.k, self.kvq.v
         self.cos, self.sin = rope_tables(hf_config, spec.head_dim, self.s_cache, device)
         self._key_pos = torch.arange(self.s_cache, device=device)
         self._len_dev = torch.zeros(max_batch, dtype=torch.int64, device=device)
@@ -109,7 +124,7 @@ class Engine:
         self._dev_cache: dict = {}
         # attention of small steps (T <= graph_max_t): Triton decode kernel on CUDA, else None = SDPA;
         # set before graphs are captured (a captured graph keeps the choice)
-        self.decode_attention = _decode_attention_kernel(device, spec.head_dim)
+        self.decode_attention = _decode_attention_kernel(device, spec.head_dim) if self.kvq is None else None
         # steps of few rows: matmuls with the small operations fused in (None = the unfused path)
         self.fused: dispatch.FusedMatmuls | None = None
         self.set_fused_gemv(device.type == "cuda")
@@ -127,19 +142,21 @@ class Engine:
         capture) and drops captured graphs, which keep the old choice. On CPU they run only under
         ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
-        self.fused = dispatch.build(self, max_rows, min_rows=min_rows) if on else None
+        # (the fused qkv matmuls write a compute-dtype KV cache: none with another KV-cache format)
+        self.fused = dispatch.build(self, max_rows, min_rows=min_rows) if on and self.kvq is None else None
         return self.fused is not None
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_hf(cls, model, max_batch: int = 1, max_seq: int | None = None, dtype=None, device=None,
                 w4a16=None, w4a16_backend: str | None = None, group_size: int = 128,
-                quantize_lm_head: bool = False, use_graphs: bool | None = None) -> Engine:
+                quantize_lm_head: bool = False, use_graphs: bool | None = None, kv_dtype: str = "auto") -> Engine:
         """Engine with the weights of ``model`` (an HF ``*ForCausalLM`` of type llama/qwen2/mistral).
 
         ``dtype``/``device`` default to the model's. ``w4a16``: None, ``"rtn"`` (RTN INT4 with
         ``group_size``) or a dict ``{hf_module_name: (qweight, scales, zeros)}`` (from
         ``workbench.quant``). ``max_seq`` defaults to ``min(max_position_embeddings, 2048)``.
+        ``kv_dtype``: KV-cache storage (see :mod:`workbench.engine.kv_cache`).
         Raises ValueError for unsupported architectures.
         """
         spec = ModelSpec.from_hf_config(model.config)
@@ -151,14 +168,16 @@ class Engine:
             max_seq = min(int(getattr(model.config, "max_position_embeddings", 2048)), 2048)
         with torch.no_grad():
             w = weights_from_hf(model, dtype, device, w4a16, backend, group_size, quantize_lm_head)
-        return cls(spec, w, model.config, max_batch, max_seq, dtype, device, use_graphs)
+        return cls(spec, w, model.config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype)
 
     @classmethod
     def from_config(cls, config, max_batch: int = 1, max_seq: int = 2048, dtype=None, device=None,
                     w4a16: bool = False, w4a16_backend: str | None = None, group_size: int = 128,
-                    quantize_lm_head: bool = False, use_graphs: bool | None = None, seed: int = 0) -> Engine:
+                    quantize_lm_head: bool = False, use_graphs: bool | None = None, seed: int = 0,
+                    kv_dtype: str = "auto") -> Engine:
         """Random-init engine for an HF config (object, or dict with ``model_type``), built directly
-        on ``device`` (default CUDA if available) in ``dtype`` (default bf16 on CUDA, float32 on CPU)."""
+        on ``device`` (default CUDA if available) in ``dtype`` (default bf16 on CUDA, float32 on CPU);
+        ``kv_dtype`` as in :meth:`from_hf`."""
         if isinstance(config, dict):
             from transformers import AutoConfig
 
@@ -172,7 +191,7 @@ class Engine:
         with torch.no_grad():
             w = random_weights(spec, dtype, device, qkv_bias, w4a16, backend, group_size, quantize_lm_head, seed,
                                std=float(getattr(config, "initializer_range", 0.02)))
-        return cls(spec, w, config, max_batch, max_seq, dtype, device, use_graphs)
+        return cls(spec, w, config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype)
 
     # ------------------------------------------------------------------ protocol
     def lengths(self) -> torch.Tensor:
@@ -208,7 +227,7 @@ class Engine:
         if len(dst) == 0:
             return
         idx = dst.to(self.device)
-        for cache in (self.k_cache, self.v_cache):
+        for cache in (self.k_cache, self.v_cache) if self.kvq is None else self.kvq.tensors():
             cache[:, idx, :, :length] = cache[:, src: src + 1, :, :length]
         self._len_host[dst] = length
         self._len_dev[idx] = length
@@ -217,11 +236,14 @@ class Engine:
         """A copy of slot ``slot``'s first ``length`` cached positions, every layer, keys then values:
         ``[2, n_layers, n_kv_heads, length, head_dim]`` in the cache dtype, contiguous, on the engine's
         device (``k_cache[:, slot, :, :length]`` stacked on ``v_cache[...]``); the payload a disaggregated
-        prefill instance sends. Raises ValueError if ``length`` exceeds the slot's cached length."""
+        prefill instance sends. Raises ValueError if ``length`` exceeds the slot's cached length. With another
+        KV-cache format (``kv_dtype``) the payload is dequantized to the compute dtype."""
         if not 0 <= slot < self.max_batch:
             raise ValueError(f"slot={slot} outside [0, {self.max_batch})")
         if not 0 <= length <= int(self._len_host[slot]):
             raise ValueError(f"length {length} outside [0, {int(self._len_host[slot])}] cached in slot {slot}")
+        if self.kvq is not None:
+            return torch.stack(self.kvq.read_slot(slot, length))
         return torch.stack((self.k_cache[:, slot, :, :length], self.v_cache[:, slot, :, :length]))
 
     def write_slot_kv(self, slot: int, kv: torch.Tensor) -> None:
@@ -239,8 +261,11 @@ class Engine:
         length = kv.shape[3]
         if length > self.max_seq:
             raise ValueError(f"kv holds {length} positions > max_seq={self.max_seq}; build a larger engine")
-        self.k_cache[:, slot, :, :length] = kv[0]
-        self.v_cache[:, slot, :, :length] = kv[1]
+        if self.kvq is not None:  # quantized on the way in (kv_cache.py)
+            self.kvq.write_slot(slot, kv[0], kv[1])
+        else:
+            self.k_cache[:, slot, :, :length] = kv[0]
+            self.v_cache[:, slot, :, :length] = kv[1]
         self._len_host[slot] = length
         self._len_dev[slot] = length
 
@@ -333,7 +358,7 @@ class Engine:
         # steps of few rows on CUDA: RMSNorm, SwiGLU and the residual adds run inside the matmuls
         # (workbench.engine.dispatch), and x carries the residual stream itself
         fz = self.fused if self.fused is not None and self.fused.min_rows <= n <= self.fused.max_rows else None
-        eps = s.rms_eps
+        eps, kvq = s.rms_eps, self.kvq
         for li, lw in enumerate(self.w.layers):
             kc, vc = self.k_cache[li], self.v_cache[li]
             if fz is not None:  # RMSNorm, qkv, bias, RoPE and the KV-cache write (one launch for one row)
@@ -341,12 +366,18 @@ class Engine:
                                 s.n_heads, kvh)  # [B, KV, G*T, D]
             else:
                 h, residual = ops.add_rmsnorm(x, residual, lw.ln1, eps)
-                q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
-                                       s.n_heads, kvh)  # [B, KV, G*T, D]
+                if kvq is None:
+                    q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
+                                           s.n_heads, kvh)  # [B, KV, G*T, D]
+                else:  # other KV-cache format: torch RoPE, quantizing write (kv_cache.py)
+                    q = kvq.qkv_rope_write(li, lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t,
+                                           s.n_heads, kvh)
             if decode_attn is not None:
                 o = decode_attn(q, kc, vc, slots, qpos, scale)  # [B, KV, G*T, D]
             else:
-                if prefix:
+                if kvq is not None:  # dequantized keys and values [B, KV, kv_len, D]
+                    kk, vv = kvq.read(li, slots, kv_len, prefix)
+                elif prefix:
                     kk, vv = kc[:b, :, :kv_len], vc[:b, :, :kv_len]
                 else:
                     kk, vv = kc[:, :, :kv_len].index_select(0, slots), vc[:, :, :kv_len].index_select(0, slots)
@@ -418,9 +449,9 @@ class Engine:
         """Bytes of weights one decode step reads (see :meth:`ModelWeights.nbytes_per_step`)."""
         return self.w.nbytes_per_step()
 
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per cached token, all layers."""
-        return self.spec.kv_bytes_per_token(self.dtype)
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes per cached token, all layers (scales of an INT8 cache included)."""
+        return self.spec.kv_bytes_per_token(self.dtype) if self.kvq is None else self.kvq.bytes_per_token
 
 
 class SlotRunner:

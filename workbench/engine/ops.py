@@ -26,17 +26,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_heads, n_kv):
-    """Bias add + RoPE (Su et al. 2021, RoFormer; HF ``rotate_half`` layout) + KV-cache write.
+def qkv_rope(qkv, bias, cos, sin, wpos, n_heads: int, n_kv: int, d: int):
+    """Bias add + RoPE (Su et al. 2021, RoFormer; HF ``rotate_half`` layout) on a fused qkv projection.
 
-    ``qkv`` ``[N=B*T, (H+2*KV)*D]``; ``cos``/``sin`` ``[S_cache, D]`` float32; ``wpos`` ``[N]`` int64;
-    ``slots`` ``[B]`` int64; ``k_cache``/``v_cache`` ``[max_batch, KV, S_cache, D]`` (written in
-    place). Returns q ``[B, KV, G*T, D]`` with row ``g*T + t`` = head ``kv*G + g`` of token t.
-    """
+    ``qkv`` ``[N, (H+2*KV)*D]``; ``cos``/``sin`` ``[S_cache, D]`` float32; ``wpos`` ``[N]`` int64 positions.
+    Returns ``(q [N, H, D], k [N, KV, D], v [N, KV, D])`` in ``qkv``'s dtype (q and k rotated)."""
     n = qkv.shape[0]
-    d = k_cache.shape[-1]
-    b = slots.shape[0]
-    g = n_heads // n_kv
     if bias is not None:
         qkv = qkv + bias
     q = qkv[:, : n_heads * d].view(n, n_heads, d)
@@ -44,8 +39,20 @@ def qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_head
     v = qkv[:, (n_heads + n_kv) * d:].view(n, n_kv, d)
     c = cos[wpos].unsqueeze(1).to(qkv.dtype)  # [N, 1, D]
     s = sin[wpos].unsqueeze(1).to(qkv.dtype)
-    q = q * c + _rotate_half(q) * s
-    k = k * c + _rotate_half(k) * s
+    return q * c + _rotate_half(q) * s, k * c + _rotate_half(k) * s, v
+
+
+def qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_heads, n_kv):
+    """Bias add + RoPE (Su et al. 2021, RoFormer; HF ``rotate_half`` layout) + KV-cache write.
+
+    ``qkv`` ``[N=B*T, (H+2*KV)*D]``; ``cos``/``sin`` ``[S_cache, D]`` float32; ``wpos`` ``[N]`` int64;
+    ``slots`` ``[B]`` int64; ``k_cache``/``v_cache`` ``[max_batch, KV, S_cache, D]`` (written in
+    place). Returns q ``[B, KV, G*T, D]`` with row ``g*T + t`` = head ``kv*G + g`` of token t.
+    """
+    d = k_cache.shape[-1]
+    b = slots.shape[0]
+    g = n_heads // n_kv
+    q, k, v = qkv_rope(qkv, bias, cos, sin, wpos, n_heads, n_kv, d)
     rows = slots.view(b, 1).expand(b, t)
     cols = wpos.view(b, t)
     k_cache[rows, :, cols] = k.view(b, t, n_kv, d).to(k_cache.dtype)

@@ -1,0 +1,118 @@
+"""Each claim's verdict rule on hand-made evidence: one input where it holds, one where it does not."""
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+from workbench.claims import CONTRADICTED, HOLDS, load_records
+from workbench.claims.evidence import PUBLISHED_VOCAB, memory_arithmetic
+from workbench.claims.hooks import implied_alpha
+from workbench.claims.ledger import run_rule
+from workbench.spec.theory import expected_tokens_per_step
+
+RECORDS = {r.id: r for r in load_records()}
+ARITH = memory_arithmetic()
+
+
+def _stack(speed, mem_ratio, device="cuda"):
+    return {"target": "qwen2-7b", "device": device, "base_tok_s": 50.0, "combined_tok_s": 50.0 * speed,
+            "decode_speedup": speed, "e2e_change": -0.6, "mem_ratio": mem_ratio, "base_mem_gb": 15.0,
+            "combined_mem_gb": 15.0 / mem_ratio, "mem_source": "measured", "combined_over_product": 1.0,
+            "bandwidth_efficiency": {"base": 0.8, "W4A16": 0.6}, "spec_gain": {"base": 1.5, "W4A16": 1.4}}
+
+
+def _spec_costs(alpha, c, vc=1.0):
+    from workbench.spec.theory import speedup
+
+    s = {k: float(speedup(alpha, k, c, vc)) for k in range(1, 9)}
+    return {"alpha": alpha, "c": c, "verify_cost": {k: vc for k in range(1, 9)}, "speedup_by_k": s,
+            "best_k": max(s, key=s.get), "acceptance": "real", "draft": "d"}
+
+
+def _kv(top1_after):
+    return {"max_position": 4096, "at": 2048,
+            "int8": {"top1_before": 0.99, "top1_after": top1_after, "kl_before": 1e-3, "kl_after": 1e-3}}
+
+
+def _long(mixed_cap):
+    return {"capacity_rps": {"mixed": mixed_cap, "bf16 x2": 1.0, "W4A16 + spec x2": 1.5}, "best": "?", "mixed": "mixed",
+            "prompt_median": 1024, "slo": "SLO"}
+
+
+def _pd16(ratio):
+    row = {"ttft_ms": 100.0, "tpot_ms": 20.0, "throughput_rps": 1.0}
+    return {"colocated x2": row, "disaggregated 1P+1D": row, "colocated x1": row, "throughput_ratio_equal_gpus": ratio,
+            "throughput_ratio_vs_one_gpu": 2 * ratio, "tpot_ratio": 1.0, "ttft_ratio": 1.0, "n_requests": 16,
+            "prompt": 512, "output": 128}
+
+
+def _quant(cos, top1):
+    return {"RTN W4 g64 asym": {"cosine": cos, "top1": top1, "kl": 0.1, "ppl_ratio": 1.05}}
+
+
+BASE = {"arith": ARITH, "vocab": dict(PUBLISHED_VOCAB)}
+# claim id -> (evidence where the claim holds, evidence where it is contradicted), on top of BASE
+CASES = {
+    1: ({"stack": _stack(52 / 18, 14.2 / 5.8)}, {"stack": _stack(1.3, 14.2 / 5.8)}),
+    3: ({"awq": {"bits": [4, 6], "n_layers": 3, "n_scaled": 0}}, {"awq": {"bits": [4], "n_layers": 3, "n_scaled": 3}}),
+    4: ({"gptq": {"err_rtn": 1.0, "err_gptq": 0.9, "err_gptq_act_order": 0.2}},
+        {"gptq": {"err_rtn": 1.0, "err_gptq": 0.1, "err_gptq_act_order": 0.08}}),
+    5: ({"quant": _quant(0.999, 0.97)}, {"quant": _quant(0.999, 0.6)}),
+    6: ({"vocab": {"phi-3-mini": 1000, "qwen2-7b": 1000}, "phi3_tau": 3.1,
+         "spec_draft": {"vocab_mismatch_refused": True}},
+        {"spec_draft": {"vocab_mismatch_refused": True}}),
+    8: ({"spec_costs": _spec_costs(0.6, 0.1, 1.0)}, {"spec_costs": _spec_costs(0.6, 0.5, 1.0)}),
+    9: ({"spec_costs": _spec_costs(0.75, 0.1)}, {"spec_costs": _spec_costs(0.9, 0.02)}),  # best k 5 vs 7
+    10: ({"spec_draft": {"target_arch": "llama", "draft_arch": "qwen2", "cross_arch_exact": False,
+                         "vocab_mismatch_refused": True}},
+         {"spec_draft": {"target_arch": "llama", "draft_arch": "qwen2", "cross_arch_exact": True,
+                         "vocab_mismatch_refused": True}}),
+    11: ({"pd16": _pd16(3.0)}, {"pd16": _pd16(1.1)}),
+    12: ({"kv": _kv(0.7)}, {"kv": _kv(0.985)}),
+    13: ({"long_prompt": _long(1.5)}, {"long_prompt": _long(1.0)}),
+    14: ({"vllm_flags": {"version": "x", "unknown": [], "accepted": ["--a"]}},
+         {"vllm_flags": {"version": "x", "unknown": ["--speculative-metrics"], "accepted": []}}),
+}
+# arithmetic claims judge the claimed figures: a record with consistent figures holds
+RECORD_CASES = {
+    2: ({"bf16_gb": ARITH["llama3_8b"]["bf16_gb"], "awq_g128_gb": ARITH["llama3_8b"]["w4a16_gb"]}, {}),
+    7: ({"gain": 3.5 / 2.8 - 1}, {}),
+}
+
+
+@pytest.mark.parametrize("cid", sorted(CASES))
+def test_hook_holds_and_contradicts(cid):
+    good, bad = CASES[cid]
+    rec = RECORDS[cid]
+    assert run_rule(rec, {**BASE, **good}).verdict == HOLDS
+    assert run_rule(rec, {**BASE, **bad}).verdict == CONTRADICTED
+
+
+@pytest.mark.parametrize("cid", sorted(RECORD_CASES))
+def test_arithmetic_hook_holds_and_contradicts(cid):
+    good, _ = RECORD_CASES[cid]
+    rec = RECORDS[cid]
+    held = replace(rec, claimed={**copy.deepcopy(rec.claimed), **good})
+    assert run_rule(held, BASE).verdict == HOLDS
+    assert run_rule(rec, BASE).verdict == CONTRADICTED  # the figures as claimed
+
+
+def test_every_claim_has_both_cases():
+    assert set(CASES) | set(RECORD_CASES) == set(RECORDS)
+
+
+def test_cpu_stack_is_not_testable():
+    v = run_rule(RECORDS[1], {**BASE, "stack": _stack(3.0, 2.5, device="cpu")})
+    assert v.verdict == "not testable here" and "on cpu" in v.measured and "4090" not in v.measured
+    assert "RTX 4090 predicted" in run_rule(RECORDS[1], {**BASE, "stack": _stack(3.0, 2.5)}).measured
+
+
+def test_kv_too_short_is_not_testable():
+    kv = _kv(0.5) | {"max_position": 1024}
+    assert run_rule(RECORDS[12], {**BASE, "kv": kv}).verdict == "not testable here"
+
+
+@pytest.mark.parametrize("alpha, k", [(0.3, 5), (0.678, 5), (0.9, 3)])
+def test_implied_alpha_inverts_eq1(alpha, k):
+    assert implied_alpha(expected_tokens_per_step(alpha, k), k) == pytest.approx(alpha, abs=1e-9)

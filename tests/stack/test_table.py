@@ -1,0 +1,56 @@
+"""The 8-combination table, multiplicativity and the batch-1 what-if, on hand-made points."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.pd.sim import SLO, LengthDist, WorkloadConfig
+from workbench.spec.theory import speedup
+from workbench.stack import StackConfig, multiplicativity, stack_table, whatif_batch1
+from workbench.stack.load import deployments, simulate_deployment
+
+CFG = StackConfig(prompt_len=100, gen_len=10, k=4, link_gbs=1.0, link_latency_ms=0.5,
+                  workload=WorkloadConfig(40, prompt=LengthDist("fixed", 32), output=LengthDist("fixed", 8)),
+                  load_fractions=(0.5, 1.0), table_load=0.5, slo_scales=(1.0,), whatif_alphas=(0.5, 0.8),
+                  whatif_ks=(2, 4))
+
+
+def _load(points):
+    deps = deployments(points, CFG, mem_gb=100.0)
+    return pd.concat([simulate_deployment(d, CFG, [5.0, 10.0], SLO(500.0, 50.0)) for d in deps], ignore_index=True)
+
+
+def test_table_rows_and_transfer(hand_pts):
+    pts = hand_pts
+    t = stack_table(pts, _load(pts), CFG)
+    assert list(t["label"][:4]) == ["bf16", "W4A16", "bf16 + spec", "W4A16 + spec"] and t["mixed"].iloc[-1]
+    assert len(t) == 9
+    # P/D at batch 1 = colocated + the prompt's KV over the link: 100 tokens x 1000 B / 1 GB/s + 0.5 ms = 0.6 ms
+    col, dis = t.iloc[1], t.iloc[5]
+    assert dis["label"] == "W4A16 + P/D" and dis["ttft_ms"] - col["ttft_ms"] == pytest.approx(0.6)
+    assert dis["e2e_ms"] - col["e2e_ms"] == pytest.approx(0.6) and dis["decode_tok_s"] == col["decode_tok_s"]
+    assert t.iloc[1]["decode_speedup"] == pytest.approx(2.0) and t.iloc[3]["decode_speedup"] == pytest.approx(3.0)
+    # mixed: bf16 + spec prefill (TTFT 20 + transfer of 1100 B/token), W4A16 + spec decode
+    mixed = t.iloc[-1]
+    assert mixed["ttft_ms"] == pytest.approx(20.0 + 0.11 + 0.5)
+    assert mixed["e2e_ms"] == pytest.approx(mixed["ttft_ms"] + 9 * 5.0 / 1.5)
+    assert mixed["peak_mem_gb"] == pytest.approx(2.2)
+    assert {"goodput_rps", "slo_capacity_rps", "p99_tpot_ms"} <= set(t.columns)
+
+
+def test_multiplicativity_known_answer(hand_pts):
+    t = stack_table(hand_pts, _load(hand_pts), CFG)
+    m = multiplicativity(t).set_index("metric").loc["batch-1 decode tokens/s"]
+    assert m["W4A16 alone"] == pytest.approx(2.0) and m["spec alone"] == pytest.approx(1.5)
+    assert m["P/D alone"] == pytest.approx(1.0) and m["product of singles"] == pytest.approx(3.0)
+    assert m["combined"] == pytest.approx(3.0) and m["combined / product"] == pytest.approx(1.0)
+
+
+def test_whatif_batch1_known_answer(hand_pts):
+    w = whatif_batch1(hand_pts, CFG)
+    assert len(w) == 2 * 2 * 2
+    r = w[(~w["quantized"]) & (w["alpha"] == 0.8) & (w["k"] == 4)].iloc[0]
+    assert r["c"] == pytest.approx(0.1) and r["verify_cost"] == pytest.approx(1.4)
+    assert r["speedup"] == pytest.approx(float(speedup(0.8, 4, 0.1, 1.4)))
+    assert r["decode_tok_s"] == pytest.approx(100.0 * r["speedup"])
+    assert np.isfinite(w["decode_tok_s"]).all()

@@ -1,0 +1,1 @@
+"""Claim records (YAML), one file per claim; read by :func:`workbench.claims.ledger.load_records`."""
