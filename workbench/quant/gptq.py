@@ -37,31 +37,44 @@ def hessian_update(H: torch.Tensor | None, x: torch.Tensor, n_seen: int) -> tupl
 
 def gptq_quantize(W: torch.Tensor, H: torch.Tensor, bits: int, group_size: int, symmetric: bool,
                   scale_dtype: torch.dtype = torch.float32, damp: float = 0.01, block: int = 128,
-                  act_order: bool = False, float_zero: bool = False):
+                  act_order: bool = False, float_zero: bool = False, static_groups: bool = False):
     """Quantize ``W`` ``[out, in]`` with GPTQ given the Hessian ``H`` ``[in, in]``.
 
-    ``group_size``: ``g > 0`` groups (must divide ``in``), ``-1`` per channel, ``0`` per tensor. Group
-    parameters are computed, as in the reference, from the error-updated weights when the first column
-    of a group is reached; with ``act_order`` and groups they are computed up front from the original
-    ``W`` ("static groups", AutoGPTQ), so groups stay contiguous in the original column order and the
-    output needs no ``g_idx``. Dead inputs (``H_ii = 0``) get ``W[:, i] = 0``. Damping:
-    ``H += damp * mean(diag H) * I``.
+    ``group_size``: ``g > 0`` groups (a narrower last group when ``g`` does not divide ``in``), ``-1``
+    per channel, ``0`` per tensor. Group parameters, as the GPTQ reference ``fasterquant`` (and
+    AutoGPTQ's) computes them:
 
-    Returns ``(codes uint8 [out, in], scales [out, in/g] or [out,1] or [1,1], zeros same shape)``
-    (zeros ``uint8``, or ``scale_dtype`` with ``float_zero``).
-    Raises ``torch.linalg.LinAlgError`` if ``H + damping`` is not positive definite (raise ``damp``).
+    * per channel / per tensor: from ``W`` before any update (``find_params(W)``);
+    * groups, ``static_groups=False``: when a group's first column is reached, from the columns
+      ``W[:, j:j+g]`` of the *lazily* updated matrix, i.e. after the updates of every earlier block
+      but not the in-block updates of the current block (``find_params(W[:, (i1+i):(i1+i+g)])``,
+      which reads ``W``, not the block copy ``W1``);
+    * groups, ``static_groups=True``: every group from ``W`` before any update (AutoGPTQ
+      ``static_groups=True``; llm-compressor's observer qparams). Required with ``act_order``, so that
+      groups stay contiguous in the original column order and the output needs no ``g_idx``.
+
+    Dead inputs (``H_ii = 0``) get ``W[:, i] = 0``. Damping: ``H += damp * mean(diag H) * I``.
+
+    Returns ``(codes uint8 [out, in], scales [out, ceil(in/g)] or [out,1] or [1,1], zeros same
+    shape)`` (zeros ``uint8``, or ``scale_dtype`` with ``float_zero``).
+    Raises ``ValueError`` for ``act_order`` with dynamic groups; ``torch.linalg.LinAlgError`` if
+    ``H + damping`` is not positive definite (raise ``damp``).
     """
     W = W.detach().clone().float()
     out_f, n = W.shape
+    grouped = group_size > 0
+    if act_order and grouped and not static_groups:
+        raise ValueError("act_order with groups needs static_groups=True (groups stay in the original order)")
+    g = group_size if grouped else n
     H = H.detach().clone().float()
+    if not grouped:  # reference: find_params(W) before the dead columns are zeroed
+        scales, zeros = compute_qparams(W, bits, group_size, symmetric, scale_dtype, float_zero)
     dead = torch.diag(H) == 0
     H[dead, dead] = 1
     W[:, dead] = 0
-    grouped = group_size > 0
-    g = group_size if grouped else n
-    if not grouped or act_order:  # parameters fixed before any update (reference: find_params(W))
+    if grouped and static_groups:
         scales, zeros = compute_qparams(W, bits, group_size, symmetric, scale_dtype, float_zero)
-    else:
+    elif grouped:
         scales = torch.empty(out_f, -(-n // g), dtype=scale_dtype, device=W.device)
         zeros = torch.empty(out_f, -(-n // g), dtype=scale_dtype if float_zero and not symmetric else torch.uint8,
                             device=W.device)
@@ -72,14 +85,13 @@ def gptq_quantize(W: torch.Tensor, H: torch.Tensor, bits: int, group_size: int, 
     codes = torch.zeros(out_f, n, dtype=torch.uint8, device=W.device)
     for i1 in range(0, n, block):
         i2 = min(i1 + block, n)
-        W1 = W[:, i1:i2].clone()
+        W1 = W[:, i1:i2].clone()  # the block copy receives the eager in-block updates; W the lazy ones
         Err1 = torch.zeros_like(W1)
         Hinv1 = Hinv[i1:i2, i1:i2]
         for i in range(i2 - i1):
             col = int(perm[i1 + i])  # original column index
-            if grouped and not act_order and col % g == 0:  # new group: params from current weights
-                cols = torch.cat([W1[:, i:i + g], W[:, i2:i1 + i + g]], dim=1) if i + g > i2 - i1 else W1[:, i:i + g]
-                s_g, z_g = compute_qparams(cols, bits, -1, symmetric, scale_dtype, float_zero)
+            if grouped and not static_groups and col % g == 0:  # new group: params from the lazy W
+                s_g, z_g = compute_qparams(W[:, col:col + g], bits, -1, symmetric, scale_dtype, float_zero)
                 scales[:, col // g], zeros[:, col // g] = s_g[:, 0], z_g[:, 0]
             gi = col // g if grouped else 0
             s = scales[:, gi:gi + 1] if scales.shape[0] == out_f else scales[:, :1].expand(out_f, 1)
