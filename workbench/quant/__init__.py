@@ -1,13 +1,15 @@
 """Weight-only quantization: RTN, AWQ, GPTQ into packed ``QuantLinear`` layers, footprint, sweeps.
 
-``quantize(model, QuantConfig(...)) -> (qmodel, per_layer_report)``; ``footprint(model)`` measures real
-bytes; ``run_quant_sweep`` measures fidelity (and optionally MMLU) per config, resumably.
+``quantize(model, QuantConfig(...)) -> (qmodel, per_layer_report)``; ``convert_for_runtime(qmodel)`` ->
+the engine on its quantized matmuls; ``footprint(model)`` measures real bytes; ``run_quant_sweep``
+measures memory, fidelity, MMLU and speed per config, resumably.
 """
 
 from .config import GRIDS, PRESETS, QuantConfig, quant_grid
 from .footprint import footprint, kv_bytes_per_token
 from .qlinear import QuantLinear
 from .quantize import quantizable_linears, quantize
+from .runtime import convert_for_runtime, runtime_summary
 from .sweep import run_quant_sweep
 
 __all__ = [
@@ -15,10 +17,12 @@ __all__ = [
            "PRESETS",
            "QuantConfig",
            "QuantLinear",
+           "convert_for_runtime",
            "footprint",
            "kv_bytes_per_token",
            "quantizable_linears",
            "quant_grid",
            "quantize",
            "run_quant_sweep",
+           "runtime_summary",
 ]
