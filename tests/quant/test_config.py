@@ -50,7 +50,7 @@ def test_default_config_works_on_the_built_in_widths(make_tiny):
     # the built-in SmolLM2-135M has hidden 576 = 4.5 x 128 and intermediate 1536; QuantConfig() used
     # groups of 128 and raised there (fails on the old default)
     m = make_tiny(hidden=576, inter=1536, layers=1)
-    q, rep = quantize(m, QuantConfig())
+    _, rep = quantize(m, QuantConfig())
     assert (rep["group_size"] == 64).all() and len(rep) == 7
     with pytest.raises(ValueError, match=r"q_proj: group_size=128 does not divide in_features=576.*64.*partial_groups=True"):
         quantize(m, QuantConfig.from_name("w4a16"))  # W4A16 g128 stays strict, naming the fixes

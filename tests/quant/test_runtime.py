@@ -97,7 +97,7 @@ def test_every_block_matmul_is_quantized_and_bytes_are_the_runtime_format():
 
 
 def test_awq_scale_folded_into_rmsnorm_and_applied_to_o_and_down():
-    q, rep = quantize(_model(), QuantConfig(method="awq", bits=4, group_size=64), CALIB)
+    q, _ = quantize(_model(), QuantConfig(method="awq", bits=4, group_size=64), CALIB)
     eng = Engine.from_hf(q, max_seq=32)
     lw, blk = eng.w.layers[0], q.model.layers[0]
     s = blk.self_attn.q_proj.input_scale
