@@ -10,16 +10,20 @@ from .footprint import footprint, kv_bytes_per_token
 from .qlinear import QuantLinear
 from .quantize import quantizable_linears, quantize
 from .runtime import convert_for_runtime, runtime_summary
-from .sweep import run_quant_sweep
+from .speed import SpeedConfig, measure_speed
+from .sweep import demo_defaults, run_quant_sweep
 
 __all__ = [
            "GRIDS",
            "PRESETS",
            "QuantConfig",
            "QuantLinear",
+           "SpeedConfig",
            "convert_for_runtime",
+           "demo_defaults",
            "footprint",
            "kv_bytes_per_token",
+           "measure_speed",
            "quant_grid",
            "quantizable_linears",
            "quantize",

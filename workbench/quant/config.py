@@ -209,6 +209,9 @@ GRIDS: dict[str, tuple[str, ...]] = {
     # one point per question notebook 01 asks; AWQ and GPTQ at INT4 g128
     "demo": ("rtn_int8_channel", "rtn_int4_tensor_sym", "rtn_int4_channel", "rtn_int4_g128", "rtn_int4_g32",
              "rtn_int3_g128", "rtn_int2_g32", "awq_int4_g128", "gptq_int4_g128", "rtn_int4_g32_fz"),
+    # the CPU demo (notebook 01 on 2 cores): the questions above at the fewest points
+    "demo_cpu": ("rtn_int8_channel_sym", "rtn_int4_tensor_sym", "rtn_int4_g128", "rtn_int3_g128", "awq_int4_g128",
+                 "gptq_int4_g128"),
     # benchmarks/quant_table.py, most informative first (a run cut short still answers the main question)
     "table": ("rtn_int4_g128", "gptq_int4_g128", "awq_int4_g128", "rtn_int8_channel_sym", "rtn_int3_g128",
               "rtn_int4_tensor_sym", "rtn_int4_g32", "rtn_int4_g32_fz"),
