@@ -8,7 +8,11 @@ minimises ``||X W^T - X W_hat^T||^2``. With ``H = 2 X^T X / n`` (eq. 1's Hessian
 one at a time and the rounding error of column ``i`` is spread over the not-yet-quantized columns
 using the upper Cholesky factor ``U`` of ``H^-1`` (eq. 3 / Algorithm 1):
 ``E_i = (w_i - q(w_i)) / U_ii``, ``W[:, j>i] -= E_i U_i,j``; updates inside a block of 128 columns are
-applied eagerly, those to later columns lazily once per block.
+applied eagerly, those to later columns lazily once per block. Which layer inputs the Hessian is built
+on (true-sequential sub-groups, quantized propagation) is :func:`workbench.quant.quantize`'s part.
+
+Measured on the built-in model (INT4 g128, 32 x 256 calibration tokens, KL on 2048 WikiText-2 test
+tokens): true-sequential 0.2408 nats, one capture per layer 0.2421 (the reference code's default).
 """
 
 from __future__ import annotations
