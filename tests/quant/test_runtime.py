@@ -56,11 +56,12 @@ def test_engine_logits_equal_dequantized_forward_float32(name):
     q, _ = quantize(_model(), CONFIGS[name], CALIB)
     with torch.no_grad():
         want = q(IDS).logits[0]
-    eng = convert_for_runtime(q, max_seq=32)
-    got = eng.runner().extend(IDS[0])
-    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    eng = convert_for_runtime(q, max_seq=32, quant_runtime="kernels")  # from the codes on every call
+    torch.testing.assert_close(eng.runner().extend(IDS[0]), want, atol=2e-5, rtol=1e-4)
+    cached = convert_for_runtime(q, max_seq=32)  # the CPU default: dequantized once, same numbers
+    torch.testing.assert_close(cached.runner().extend(IDS[0]), want, atol=2e-5, rtol=1e-4)
     dense = Engine.from_hf(q, max_seq=32, quant_runtime="dense")
-    assert eng.weight_bytes() < dense.weight_bytes()
+    assert eng.weight_bytes() == cached.weight_bytes() < dense.weight_bytes()
 
 
 @pytest.mark.parametrize("name", ["rtn_w4_g128_partial_sym", "rtn_w8_channel_asym", "awq_w4_g64", "gptq_w4_g128_partial_sym"])
@@ -79,9 +80,10 @@ def test_engine_logits_equal_dequantized_forward_bf16(name):
 def test_every_block_matmul_is_quantized_and_bytes_are_the_runtime_format():
     m = _model()
     q, _ = quantize(m, QuantConfig(bits=4, group_size=64))
-    eng = Engine.from_hf(q, max_seq=32)
+    assert set(Engine.from_hf(q, max_seq=32).w.labels.values()) == {"int4 dequant g64, dequantized once", "dense"}
+    eng = Engine.from_hf(q, max_seq=32, quant_runtime="kernels")
     labels = eng.w.labels
-    assert len(labels) == 4 * 2 + 1 and labels["lm_head"] == "dense"  # lm_head is skipped (tied embedding)
+    assert len(labels) == 4 * 2 + 1 and labels["lm_head"] == "dense"  # lm_head is skipped
     assert all(v == "int4 dequant g64" for k, v in labels.items() if k != "lm_head")
     assert all(isinstance(x, Int4Linear) for lw in eng.w.layers for x in (lw.wqkv, lw.wo, lw.wgu, lw.wd))
     # bytes a step reads: 4-bit codes + one scale and one zero per group of 64 (activation dtype), norms,
@@ -109,7 +111,7 @@ def test_awq_scale_folded_into_rmsnorm_and_applied_to_o_and_down():
 
 def test_w8_per_channel_uses_int8pack_and_folds_symmetric_zero():
     q, _ = quantize(_model(), QuantConfig(bits=8, granularity="per_channel", symmetric=True))
-    lin = Engine.from_hf(q, max_seq=32).w.layers[0].wo
+    lin = Engine.from_hf(q, max_seq=32, quant_runtime="kernels").w.layers[0].wo
     assert isinstance(lin, Int8Linear) and lin.backend == "int8pack" and lin.offset is None
     ql = q.model.layers[0].self_attn.o_proj
     assert torch.equal(lin.v.to(torch.int16), ql.codes().to(torch.int16) - 128)  # v = q - zero, zero = 128

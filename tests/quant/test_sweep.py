@@ -33,7 +33,7 @@ def test_sweep_rows_and_resume(tiny, tmp_path, monkeypatch):
     assert fp["weight_bytes"] > w8["weight_bytes"] > w2["weight_bytes"]
     assert fp["engine_weight_bytes"] > w8["engine_weight_bytes"] > w2["engine_weight_bytes"]
     assert (w8["scheme"], w8["group_size"], w2["group_size"]) == ("W8A16", -1, 32)
-    assert (fp["runtime"], w8["runtime"]) == ("dense", "int8 int8pack x8; dense x1")
+    assert (fp["runtime"], w8["runtime"]) == ("dense", "int8 int8pack, dequantized once x8; dense x1")
     assert w2["runtime"].startswith("int4 dequant g32") and (df["decode_ms_b1"] > 0).all()
     assert set(df["speed_device"]) == {"cpu (1 thread)"} and set(df["mem_source"]) == {"footprint model (weights + KV cache)"}
     # resume: a re-run with one more config computes only the new point

@@ -162,14 +162,15 @@ class Engine:
     def from_hf(cls, model, max_batch: int = 1, max_seq: int | None = None, dtype=None, device=None,
                 w4a16=None, w4a16_backend: str | None = None, group_size: int = 128,
                 quantize_lm_head: bool = False, use_graphs: bool | None = None,
-                quant_runtime: str = "kernels") -> Engine:
+                quant_runtime: str = "auto") -> Engine:
         """Engine with the weights of ``model`` (an HF ``*ForCausalLM`` of type llama/qwen2/mistral).
 
         ``dtype``/``device`` default to the model's. A model quantized by ``workbench.quant``
-        (``QuantLinear`` layers: RTN, AWQ, GPTQ) runs on the quantized matmuls built from its codes
-        (``quant_runtime="kernels"``, INT4 through ``w4a16_backend``; ``"dense"``: dequantized
-        weights); ``self.w.labels`` says which matmul each weight got (see
-        :mod:`workbench.engine.runtime`). For float models, ``w4a16``: None, ``"rtn"`` (RTN INT4 with
+        (``QuantLinear`` layers: RTN, AWQ, GPTQ) runs on the quantized matmuls built from its codes,
+        INT4 through ``w4a16_backend`` (``quant_runtime``: ``"auto"`` = ``"kernels"`` on CUDA,
+        ``"cached"`` on the CPU; ``"dense"``: dequantized float weights; see
+        :func:`workbench.engine.weights.weights_from_hf`); ``self.w.labels`` says which matmul each
+        weight got (:mod:`workbench.engine.runtime`). For float models, ``w4a16``: None, ``"rtn"`` (RTN INT4 with
         ``group_size``) or a dict ``{hf_module_name: (qweight, scales, zeros)}``. ``max_seq`` defaults
         to ``min(max_position_embeddings, 2048)``. Raises ValueError for unsupported architectures.
         """

@@ -22,6 +22,12 @@ Which matmul runs a weight (the label each one gets says which, and why):
 * anything else (mixed float and quantized Linears in one fused matmul, different layouts or AWQ
   scales across it): the caller falls back to the dense dequantized weight, with a warning.
 
+On the CPU no quantized matmul beats a dense one (measured on the 2-core CI machine, float32, one
+1536 x 576 weight at batch 1: dense 90 us, ``_weight_int4pack_mm_for_cpu`` 1.8 ms, ``int8pack`` 0.9 ms,
+dequantize-per-call 17 ms), so the engine's default there (``cache=True``) keeps each quantized
+matmul's weight dequantized once (:class:`Dequantized`): dense speed, the bytes of the quantized
+format in ``nbytes``, the same numbers as computing from the codes.
+
 AWQ's ``input_scale`` is returned to the caller, which folds ``1 / s`` into the RMSNorm weight in front
 of q/k/v and gate/up (exact in real arithmetic: ``(x_hat * g) / s = x_hat * (g / s)``) and otherwise
 divides the activation (:class:`InputScaled`, for o_proj and down_proj).
@@ -35,10 +41,11 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from workbench.engine.int4 import Int4Linear
+from workbench.engine.int4 import Int4Linear, dequantize_int4
 from workbench.engine.int8 import Int8Linear
 
-__all__ = ["InputScaled", "PaddedInput", "fuse_params", "quant_matmul", "quant_params_of", "runtime_group"]
+__all__ = ["Dequantized", "InputScaled", "PaddedInput", "fuse_params", "quant_matmul", "quant_params_of",
+           "runtime_group"]
 
 KERNEL_GROUPS = (256, 128, 64, 32)  # group sizes every INT4 kernel of the engine takes (tinygemm: 32-256)
 PAD_MULTIPLE = 128  # tinygemm packs K in tiles of 8 x 16 columns
@@ -76,6 +83,24 @@ class PaddedInput:
     def warmup(self, max_m: int = 4) -> None:
         if hasattr(self.inner, "warmup"):
             self.inner.warmup(max_m)
+
+
+class Dequantized:
+    """``y = x @ w_hat.T`` with ``w_hat`` of the quantized matmul ``inner`` (``Int4Linear`` with the
+    ``"dequant"`` backend, or ``Int8Linear``) computed once; ``nbytes`` counts ``inner``'s format."""
+
+    def __init__(self, inner, dtype: torch.dtype):
+        self.inner = inner
+        if isinstance(inner, Int8Linear):
+            self.w = inner.dequantize(dtype)
+        else:
+            self.w = dequantize_int4(inner.q, inner.scales, inner.zeros, dtype)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w)
+
+    def nbytes(self) -> int:
+        return self.inner.nbytes()
 
 
 def quant_params_of(module) -> dict | None:
@@ -149,11 +174,18 @@ def _int4(p: dict, dtype, device, backend: str):
     return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout}{note}"
 
 
-def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str):
+def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str, cache: bool = False):
     """Runtime matmul for (fused) quant params: returns ``(matmul, label)``; see the module docstring.
-    The AWQ ``input_scale`` is not applied here (the caller folds or wraps it)."""
-    if params["bits"] <= 4:
-        return _int4(params, dtype, device, int4_backend)
+    ``cache``: a matmul that would dequantize on every call (INT4 ``"dequant"``, INT8) keeps its
+    dequantized weight instead (:class:`Dequantized`). The AWQ ``input_scale`` is not applied here
+    (the caller folds or wraps it)."""
+    lin, label = _int4(params, dtype, device, int4_backend) if params["bits"] <= 4 else _int8(params, dtype, device)
+    if cache and (isinstance(lin, Int8Linear) or getattr(lin, "backend", None) == "dequant"):
+        return Dequantized(lin, dtype), label + ", dequantized once"
+    return lin, label
+
+
+def _int8(params: dict, dtype, device):
     q, k, g = params["q"], params["q"].shape[1], params["group_size"]
     s, z = params["scales"], params["zeros"]
     if s.shape[1] > 1:  # groups (a partial last one included) -> runtime groups of gcd(g, in)

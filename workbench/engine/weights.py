@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from workbench.engine.int4 import Int4Linear, quantize_rtn_int4
 from workbench.engine.runtime import InputScaled, fuse_params, quant_matmul, quant_params_of
 
+QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model's Linears run (weights_from_hf)
+
 
 class Dense:
     """``y = x @ w.T`` for ``w`` ``[out, in]``."""
@@ -119,7 +121,7 @@ def _dense(linear) -> torch.Tensor:
     return eff() if callable(eff) else linear.weight
 
 
-def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict):
+def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, cache: bool = False):
     """The engine matmul for the Linears ``mods`` fused along ``out`` and the AWQ input scale left for
     the caller (``None`` if none): quantized matmuls when every module is quantized and they fuse,
     else the dense (dequantized, AWQ scale included) weight with a warning unless all are float."""
@@ -135,7 +137,7 @@ def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict):
         except ValueError as e:
             reason = str(e)
     if reason is None:
-        lin, labels[key] = quant_matmul(fused, dtype, device, backend)
+        lin, labels[key] = quant_matmul(fused, dtype, device, backend, cache)
         s = fused["input_scale"]
         return lin, None if s is None else s.to(device, torch.float32)
     warnings.warn(f"{key}: {reason}; it runs dense (dequantized weights)", stacklevel=3)
@@ -152,14 +154,14 @@ def _scaled(lin, s, dtype):
     return lin if s is None else InputScaled(lin, s.to(dtype))
 
 
-def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict) -> LayerWeights:
+def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, cache: bool) -> LayerWeights:
     """One decoder block whose Linears may be quantized (``quant_params``), on the runtime matmuls."""
     a, m = blk.self_attn, blk.mlp
     key = pre.replace("model.", "")
-    wqkv, s_qkv = _runtime([a.q_proj, a.k_proj, a.v_proj], dtype, device, backend, key + "qkv", labels)
-    wo, s_o = _runtime([a.o_proj], dtype, device, backend, key + "o", labels)
-    wgu, s_gu = _runtime([m.gate_proj, m.up_proj], dtype, device, backend, key + "gate_up", labels)
-    wd, s_d = _runtime([m.down_proj], dtype, device, backend, key + "down", labels)
+    wqkv, s_qkv = _runtime([a.q_proj, a.k_proj, a.v_proj], dtype, device, backend, key + "qkv", labels, cache)
+    wo, s_o = _runtime([a.o_proj], dtype, device, backend, key + "o", labels, cache)
+    wgu, s_gu = _runtime([m.gate_proj, m.up_proj], dtype, device, backend, key + "gate_up", labels, cache)
+    wd, s_d = _runtime([m.down_proj], dtype, device, backend, key + "down", labels, cache)
     biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
     return LayerWeights(
         ln1=_fold(blk.input_layernorm.weight.to(device), s_qkv, dtype), wqkv=wqkv,
@@ -170,27 +172,32 @@ def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict) -
 
 
 def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_size=128,
-                    quantize_lm_head=False, quant_runtime: str = "kernels") -> ModelWeights:
+                    quantize_lm_head=False, quant_runtime: str = "auto") -> ModelWeights:
     """Copy (and fuse) the weights of an HF ``LlamaForCausalLM``/``Qwen2ForCausalLM``.
 
     Quantized Linears (``workbench.quant.QuantLinear``) run on the quantized matmuls built from their
-    codes (``quant_runtime="kernels"``; ``backend`` is the INT4 backend), or dense from their
-    dequantized weights (``quant_runtime="dense"``). ``w4a16`` (float models): None (dense),
+    codes (``backend`` is the INT4 backend). ``quant_runtime``: ``"kernels"`` computes from the codes
+    on every call; ``"cached"`` keeps the weight of a matmul that would dequantize on every call
+    (INT4 ``"dequant"``, INT8) dequantized once (:class:`workbench.engine.runtime.Dequantized`);
+    ``"auto"`` is ``"kernels"`` on CUDA and ``"cached"`` on the CPU, where no quantized matmul beats a
+    dense one; ``"dense"`` uses the dequantized weights as float weights (no quantized format at
+    all). ``w4a16`` (float models): None (dense),
     ``"rtn"`` (RTN-quantize every block Linear here, groups of ``group_size``), or a dict mapping HF
     module names (``"model.layers.0.self_attn.q_proj"``) to ``(qweight, scales, zeros)`` or to
     ``{"qweight", "scales", "zeros"}``; qweight ``[out, in]`` 0..15 or packed ``[out, in // 2]``.
     Raises ValueError for an unknown ``quant_runtime``.
     """
-    if quant_runtime not in ("kernels", "dense"):
-        raise ValueError(f"quant_runtime={quant_runtime!r}; use 'kernels' (quantized matmuls) or 'dense'")
+    if quant_runtime not in QUANT_RUNTIMES:
+        raise ValueError(f"quant_runtime={quant_runtime!r} is unknown; use one of {QUANT_RUNTIMES}")
     base = model.model
-    quantized = quant_runtime == "kernels" and w4a16 is None and any(
+    quantized = quant_runtime != "dense" and w4a16 is None and any(
         callable(getattr(mod, "quant_params", None)) for mod in model.modules())
+    cache = quant_runtime == "cached" or (quant_runtime == "auto" and torch.device(device).type != "cuda")
     layers, labels = [], {}
     for i, blk in enumerate(base.layers):
         pre = f"model.layers.{i}."
         if quantized:
-            layers.append(_quantized_layer(blk, pre, dtype, device, backend, labels))
+            layers.append(_quantized_layer(blk, pre, dtype, device, backend, labels, cache))
             continue
         a, m = blk.self_attn, blk.mlp
         wqkv = torch.cat([_dense(a.q_proj), _dense(a.k_proj), _dense(a.v_proj)], 0).to(device, dtype)
@@ -213,7 +220,7 @@ def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_s
         ))
     embed = base.embed_tokens.weight.to(device, dtype)
     if quantized:
-        lm, s = _runtime([model.lm_head], dtype, device, backend, "lm_head", labels)
+        lm, s = _runtime([model.lm_head], dtype, device, backend, "lm_head", labels, cache)
         lm = _scaled(lm, s, dtype)
     else:
         lm_w = _dense(model.lm_head).to(device, dtype)

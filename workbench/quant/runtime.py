@@ -8,7 +8,8 @@ input scale), and this builds :class:`workbench.engine.Engine` from their codes.
 How the engine picks a matmul per weight (:mod:`workbench.engine.runtime`; the labels say which):
 
 * W2-W4: ``Int4Linear`` with the engine's W4A16 backend (``w4a16_backend``; default
-  ``"triton:tinygemm"`` on CUDA, ``"dequant"`` on the CPU), a runtime group dividing both the
+  ``"triton:tinygemm"`` on CUDA, ``"dequant"`` on the CPU, its weight dequantized once there
+  because no CPU INT4 matmul beats a dense one), a runtime group dividing both the
   quantization group and ``in`` (partial groups, per channel, per tensor are expanded exactly), ``in``
   padded to a multiple of 128 if the backend refuses the shape, ``"dequant"`` as the last resort;
 * W5-W8: ``Int8Linear`` (``torch.ops.aten._weight_int8pack_mm`` per channel, dequant for groups);
@@ -27,7 +28,8 @@ __all__ = ["convert_for_runtime", "runtime_label", "runtime_summary"]
 
 
 def convert_for_runtime(qmodel, *, max_batch: int = 1, max_seq: int | None = None, dtype=None, device=None,
-                        backend: str | None = None, use_graphs: bool | None = None) -> Engine:
+                        backend: str | None = None, use_graphs: bool | None = None,
+                        quant_runtime: str = "auto") -> Engine:
     """The engine for ``qmodel`` (a Llama / Qwen2 / Mistral HF model whose Linears
     :func:`workbench.quant.quantize` replaced), on its quantized matmuls.
 
@@ -38,6 +40,10 @@ def convert_for_runtime(qmodel, *, max_batch: int = 1, max_seq: int | None = Non
         dtype, device: activation dtype and device (default the model's).
         backend: the INT4 backend (:data:`workbench.engine.int4.BACKENDS`; default per device).
         use_graphs: CUDA graphs for small steps (default: on CUDA).
+        quant_runtime: ``"auto"`` (the kernels on CUDA; on the CPU, where no quantized matmul beats a
+            dense one, the INT4 ``"dequant"`` and INT8 weights dequantized once, their bytes counted
+            in the quantized format), ``"kernels"`` (from the codes on every call, any device) or
+            ``"cached"``; see :func:`workbench.engine.weights.weights_from_hf`.
 
     Returns:
         :class:`workbench.engine.Engine` equal to ``Engine.from_hf(qmodel, ...)``; ``engine.w.labels``
@@ -48,7 +54,7 @@ def convert_for_runtime(qmodel, *, max_batch: int = 1, max_seq: int | None = Non
         ValueError: an architecture the engine does not support, or a bad backend name.
     """
     return Engine.from_hf(qmodel, max_batch=max_batch, max_seq=max_seq, dtype=dtype, device=device,
-                          w4a16_backend=backend, use_graphs=use_graphs, quant_runtime="kernels")
+                          w4a16_backend=backend, use_graphs=use_graphs, quant_runtime=quant_runtime)
 
 
 def runtime_summary(engine: Engine) -> pd.DataFrame:
