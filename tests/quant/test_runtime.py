@@ -44,6 +44,8 @@ CONFIGS = {
     "rtn_w8_channel_sym": QuantConfig(bits=8, granularity="per_channel", symmetric=True),
     "rtn_w8_channel_asym": QuantConfig(bits=8, granularity="per_channel"),
     "rtn_w8_g64": QuantConfig(bits=8, group_size=64, symmetric=True),
+    "rtn_w8_channel_float_zero": QuantConfig(bits=8, granularity="per_channel", zero_point="float"),
+    "rtn_w5_channel_sym": QuantConfig(bits=5, granularity="per_channel", symmetric=True),
     "rtn_w6_g128_partial": QuantConfig(bits=6, group_size=128, partial_groups=True),
     "awq_w4_g64": QuantConfig(method="awq", bits=4, group_size=64),
     "awq_w8_channel": QuantConfig(method="awq", bits=8, granularity="per_channel"),
@@ -195,3 +197,18 @@ def test_cuda_speed_row_measures_memory():
     row = measure_speed(q, SpeedConfig(decode_batches=(1, 2), prefill_tokens=32, context=8, repeats=3))
     assert row["mem_source"] == "cuda max_memory_allocated" and row["peak_mem_bytes"] > 0
     assert row["speed_device"].startswith("cuda:") and row["decode_ms_b1"] > 0 and "int4" in row["runtime"]
+
+
+def test_engine_does_not_import_the_quantization_package():
+    # workbench.quant builds on the engine (convert_for_runtime, the sweep's timings); an import back
+    # would be a cycle through workbench/quant/__init__.py
+    import ast
+    from pathlib import Path
+
+    import workbench.engine
+
+    for f in Path(workbench.engine.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(m.startswith("workbench.quant") for m in mods), f"{f.name} imports {mods}"
