@@ -17,7 +17,7 @@ from .footprint import footprint
 from .quantize import quantize
 from .speed import SpeedConfig, measure_speed
 
-__all__ = ["FORMULATIONS", "FP_LABEL", "MMLU_CHANCE", "default_mmlu_size", "demo_defaults", "resolve_device",
+__all__ = ["DEMO_SUBJECTS", "FORMULATIONS", "FP_LABEL", "MMLU_CHANCE", "default_mmlu_size", "demo_defaults", "resolve_device",
            "run_quant_point", "run_quant_sweep"]
 
 FP_LABEL = "FP"
@@ -39,18 +39,28 @@ def resolve_device(device="auto") -> torch.device:
     return torch.device(device)
 
 
+# every third MMLU subject in alphabetical order (all four categories), for the CPU demo
+DEMO_SUBJECTS = ("abstract_algebra", "business_ethics", "college_chemistry", "college_medicine", "conceptual_physics",
+                 "elementary_mathematics", "high_school_biology", "high_school_european_history",
+                 "high_school_macroeconomics", "high_school_physics", "high_school_us_history", "human_sexuality",
+                 "logical_fallacies", "marketing", "moral_disputes", "philosophy", "professional_law",
+                 "public_relations", "us_foreign_policy")
+
+
 def demo_defaults(device="auto") -> dict:
     """Sizes of notebook 01's default run on ``device``: ``device``, ``dtype`` (bfloat16 on CUDA, float32
     on the CPU), ``grid`` (:data:`workbench.quant.config.GRIDS`), ``n_tokens`` (held-out tokens for
-    KL / top-1 / perplexity), ``n_calib_samples`` x ``calib_seq_len`` (AWQ / GPTQ calibration) and
-    ``n_questions`` (MMLU per subject). On the CPU they are cut to fit the demo's share of the CPU
-    time budget (every notebook's demo together in 20 minutes on 2 cores)."""
+    KL / top-1 / perplexity), ``n_calib_samples`` x ``calib_seq_len`` (AWQ / GPTQ calibration),
+    ``n_questions`` (MMLU per subject) and ``subjects`` (None: all 57). On the CPU they are cut to fit
+    the demo's share of the CPU time budget (every notebook's demo together in 20 minutes on 2
+    cores): one question from each of :data:`DEMO_SUBJECTS` (19 questions: the pipeline, not a
+    measurement; 570 on CUDA)."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return {"device": str(dev), "dtype": "bfloat16", "grid": "demo", "n_tokens": 4096, "n_calib_samples": 32,
-                "calib_seq_len": 256, "n_questions": default_mmlu_size(dev)}
+                "calib_seq_len": 256, "n_questions": default_mmlu_size(dev), "subjects": None}
     return {"device": "cpu", "dtype": "float32", "grid": "demo_cpu", "n_tokens": 1024, "n_calib_samples": 8,
-            "calib_seq_len": 128, "n_questions": default_mmlu_size(dev)}
+            "calib_seq_len": 128, "n_questions": default_mmlu_size(dev), "subjects": list(DEMO_SUBJECTS)}
 
 
 def _mmlu(model, tok, questions, dev, n_shot: int, batch_size: int, formulation: str) -> dict:
