@@ -58,6 +58,7 @@ N_SHOT = int(os.getenv("WB_N_SHOT", "0"))  # MMLU exemplars (lm-eval's mmlu_cont
 SUBJECTS = os.getenv("WB_SUBJECTS") or (None if FULL or not DEMO["subjects"] else ",".join(DEMO["subjects"]))
 N_CALIB = int(os.getenv("WB_N_CALIB", 32 if FULL else DEMO["n_calib_samples"]))  # AWQ/GPTQ calibration windows
 CALIB_LEN = int(os.getenv("WB_CALIB_LEN", 256 if FULL else DEMO["calib_seq_len"]))  # tokens per window
+AWQ_TOKENS = int(os.getenv("WB_AWQ_TOKENS", 2048 if FULL else DEMO["awq_max_tokens"]))  # AWQ scores scales on these
 SPEED = os.getenv("WB_SPEED", "1") not in ("", "0", "false", "False")  # time every point on the engine
 PREFILL = int(os.getenv("WB_PREFILL_TOKENS", "512"))  # prompt length of the timed prefill
 if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: two RTN configs, few tokens, 2x2 MMLU questions
@@ -104,8 +105,8 @@ pd.concat([rep_tensor.assign(config="INT4 per-tensor sym"), rep_g32.assign(confi
 # cell after an interruption skips the points already there.
 
 # %%
-configs = quant_grid(GRID, n_calib_samples=N_CALIB, calib_seq_len=CALIB_LEN)  # named presets (workbench.quant.GRIDS)
-[c.label for c in configs]
+configs = quant_grid(GRID, n_calib_samples=N_CALIB, calib_seq_len=CALIB_LEN, awq_max_tokens=AWQ_TOKENS)
+[c.label for c in configs]  # named presets (workbench.quant.GRIDS)
 
 # %%
 name = f"nb01_{MODEL.replace('/', '_')}_{DEVICE.replace(':', '')}_{DTYPE}_{GRID}_{N_TOKENS}t_{N_QUESTIONS}q"

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import torch
 
-from .rtn import compute_qparams, quantize_codes
+from .rtn import compute_qparams, round_codes
 
 __all__ = ["gptq_quantize", "hessian_update"]
+
+INNER = 16  # columns per inner lazy batch inside a block (exact in real arithmetic, as the outer one)
 
 
 def hessian_update(H: torch.Tensor | None, x: torch.Tensor, n_seen: int) -> tuple[torch.Tensor, int]:
@@ -87,25 +89,32 @@ def gptq_quantize(W: torch.Tensor, H: torch.Tensor, bits: int, group_size: int, 
     H += damp * torch.mean(torch.diag(H)) * torch.eye(n, device=W.device)
     Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
     codes = torch.zeros(out_f, n, dtype=torch.uint8, device=W.device)
+    maxq, fz = (1 << bits) - 1, zeros.is_floating_point()
+    cols, cur = perm.tolist(), None  # original column index of each position; group of s_f, z_f
     for i1 in range(0, n, block):
         i2 = min(i1 + block, n)
         W1 = W[:, i1:i2].clone()  # the block copy receives the eager in-block updates; W the lazy ones
         Err1 = torch.zeros_like(W1)
         Hinv1 = Hinv[i1:i2, i1:i2]
-        for i in range(i2 - i1):
-            col = int(perm[i1 + i])  # original column index
-            if grouped and not static_groups and col % g == 0:  # new group: params from the lazy W
-                s_g, z_g = compute_qparams(W[:, col:col + g], bits, -1, symmetric, scale_dtype, float_zero)
-                scales[:, col // g], zeros[:, col // g] = s_g[:, 0], z_g[:, 0]
-            gi = col // g if grouped else 0
-            s = scales[:, gi:gi + 1] if scales.shape[0] == out_f else scales[:, :1].expand(out_f, 1)
-            z = zeros[:, gi:gi + 1] if zeros.shape[0] == out_f else zeros[:, :1].expand(out_f, 1)
-            w = W1[:, i:i + 1]
-            q = quantize_codes(w, s, z, bits)  # [out, 1]
-            wq = (q.float() - z.float()) * s.float()
-            err = (w - wq) / Hinv1[i, i]
-            W1[:, i:] -= err @ Hinv1[i:i + 1, i:]
-            Err1[:, i:i + 1] = err
-            codes[:, col] = q[:, 0]
+        for j1 in range(0, i2 - i1, INNER):  # the same lazy batching one level down (fewer memory passes)
+            j2 = min(j1 + INNER, i2 - i1)
+            for i in range(j1, j2):
+                col = cols[i1 + i]
+                if grouped and not static_groups and col % g == 0:  # new group: params from the lazy W
+                    s_g, z_g = compute_qparams(W[:, col:col + g], bits, -1, symmetric, scale_dtype, float_zero)
+                    scales[:, col // g], zeros[:, col // g] = s_g[:, 0], z_g[:, 0]
+                    cur = None
+                gi = col // g if grouped else 0
+                if gi != cur:
+                    s_f = (scales[:, gi] if scales.shape[0] == out_f else scales[:1, 0].expand(out_f)).float()
+                    z_f = (zeros[:, gi] if zeros.shape[0] == out_f else zeros[:1, 0].expand(out_f)).float()
+                    cur = gi
+                w = W1[:, i]
+                q = round_codes(w, s_f, z_f, maxq, fz)  # [out]
+                err = (w - (q - z_f) * s_f) / Hinv1[i, i]
+                W1[:, i:j2].addr_(err, Hinv1[i, i:j2], alpha=-1)  # W1[:, k] -= err_i Hinv_ik, k in block
+                Err1[:, i] = err
+                codes[:, col] = q.to(torch.uint8)
+            W1[:, j2:] -= Err1[:, j1:j2] @ Hinv1[j1:j2, j2:]
         W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
     return codes, scales, zeros

@@ -51,6 +51,7 @@ def demo_defaults(device="auto") -> dict:
     """Sizes of notebook 01's default run on ``device``: ``device``, ``dtype`` (bfloat16 on CUDA, float32
     on the CPU), ``grid`` (:data:`workbench.quant.config.GRIDS`), ``n_tokens`` (held-out tokens for
     KL / top-1 / perplexity), ``n_calib_samples`` x ``calib_seq_len`` (AWQ / GPTQ calibration),
+    ``awq_max_tokens`` (tokens AWQ scores each scale on),
     ``n_questions`` (MMLU per subject) and ``subjects`` (None: all 57). On the CPU they are cut to fit
     the demo's share of the CPU time budget (every notebook's demo together in 20 minutes on 2
     cores): one question from each of :data:`DEMO_SUBJECTS` (19 questions: the pipeline, not a
@@ -58,9 +59,10 @@ def demo_defaults(device="auto") -> dict:
     dev = resolve_device(device)
     if dev.type == "cuda":
         return {"device": str(dev), "dtype": "bfloat16", "grid": "demo", "n_tokens": 4096, "n_calib_samples": 32,
-                "calib_seq_len": 256, "n_questions": default_mmlu_size(dev), "subjects": None}
+                "calib_seq_len": 256, "awq_max_tokens": 2048, "n_questions": default_mmlu_size(dev), "subjects": None}
     return {"device": "cpu", "dtype": "float32", "grid": "demo_cpu", "n_tokens": 1024, "n_calib_samples": 8,
-            "calib_seq_len": 128, "n_questions": default_mmlu_size(dev), "subjects": list(DEMO_SUBJECTS)}
+            "calib_seq_len": 128, "awq_max_tokens": 512, "n_questions": default_mmlu_size(dev),
+            "subjects": list(DEMO_SUBJECTS)}
 
 
 def _mmlu(model, tok, questions, dev, n_shot: int, batch_size: int, formulation: str) -> dict:
