@@ -16,7 +16,9 @@ Which matmul runs a weight (the label each one gets says which, and why):
   repeated): a partial last group (``576 = 4 x 128 + 64`` -> ``G = 64``), per channel, per tensor.
   If the backend refuses the shape (``ValueError`` / ``RuntimeError`` at packing), ``in`` is zero-padded
   to a multiple of 128 as gpt-fast's ``WeightOnlyInt4Linear(padding=True)`` does (the input is padded
-  per call); if it still refuses, the ``"dequant"`` backend runs it (with a warning).
+  per call); if it still refuses, its small kernel paired with ``"dequant"`` for more rows (e.g.
+  ``"triton:dequant"``, where the engine offers that pairing), and last the ``"dequant"`` backend
+  (with a warning).
 * ``5 <= bits <= 8``: :class:`workbench.engine.int8.Int8Linear` (``int8pack`` per channel / per
   tensor, ``dequant`` for groups).
 * anything else (mixed float and quantized Linears in one fused matmul, different layouts or AWQ
@@ -142,36 +144,45 @@ def _expand(t: torch.Tensor, g: int, G: int, k: int) -> torch.Tensor:
     return t.index_select(1, idx)
 
 
+def _padded(q, s, z, G: int, kp: int):
+    """Codes and group params with ``in`` padded to ``kp``: the padded groups hold zero weights (code 8,
+    zero 8, scale 1)."""
+    k, n_pad = q.shape[1], (kp - q.shape[1]) // G
+    qp = torch.cat([q, torch.full((q.shape[0], kp - k), 8, dtype=torch.uint8, device=q.device)], 1)
+    sp = torch.cat([s, torch.ones(s.shape[0], n_pad, dtype=s.dtype, device=s.device)], 1)
+    zp = torch.cat([z, torch.full((z.shape[0], n_pad), 8.0, device=z.device)], 1)
+    return qp, sp, zp
+
+
 def _int4(p: dict, dtype, device, backend: str):
+    """``(Int4Linear or PaddedInput, label)``: ``backend`` as is, then with ``in`` padded to a multiple of
+    :data:`PAD_MULTIPLE`, then its small kernel with ``"dequant"`` for more rows (where the engine
+    offers that pairing), then ``"dequant"`` (with a warning)."""
     q, k = p["q"], p["q"].shape[1]
     G = runtime_group(p["group_size"], k)
     s, z = _expand(p["scales"], p["group_size"], G, k), _expand(p["zeros"], p["group_size"], G, k).float()
     layout = f"g{G}" + (f" (from g{p['group_size']})" if G != p["group_size"] else "")
+    if backend == "dequant":
+        return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout}"
     errors = []
-    if backend != "dequant" and G in KERNEL_GROUPS:
-        try:
-            return Int4Linear(q, s, z, dtype, backend, device), f"int4 {backend} {layout}"
-        except (ValueError, RuntimeError) as e:
-            errors.append(f"{type(e).__name__}: {str(e)[:120]}")
+    if G in KERNEL_GROUPS:
         kp = -(-k // PAD_MULTIPLE) * PAD_MULTIPLE
-        if kp != k:  # padded groups hold zero weights: code 8, zero 8, scale 1
-            n_pad = (kp - k) // G
-            qp = torch.cat([q, torch.full((q.shape[0], kp - k), 8, dtype=torch.uint8, device=q.device)], 1)
-            sp = torch.cat([s, torch.ones(s.shape[0], n_pad, dtype=s.dtype, device=s.device)], 1)
-            zp = torch.cat([z, torch.full((z.shape[0], n_pad), 8.0, device=z.device)], 1)
+        small = backend.partition(":")[0]
+        tries = [(backend, k)] + ([(backend, kp)] if kp != k else []) + \
+            ([(f"{small}:dequant", k)] if small != backend else [])
+        for be, width in tries:
             try:
-                lin = Int4Linear(qp, sp, zp, dtype, backend, device)
-                return PaddedInput(lin, k, kp), f"int4 {backend} {layout}, in {k} padded to {kp}"
+                if width == k:
+                    return Int4Linear(q, s, z, dtype, be, device), f"int4 {be} {layout}"
+                lin = Int4Linear(*_padded(q, s, z, G, width), dtype, be, device)
+                return PaddedInput(lin, k, width), f"int4 {be} {layout}, in {k} padded to {width}"
             except (ValueError, RuntimeError) as e:
-                errors.append(f"padded: {type(e).__name__}: {str(e)[:120]}")
-        warnings.warn(f"INT4 backend {backend!r} refused a [{q.shape[0]}, {k}] weight ({'; '.join(errors)}); "
-                      "running it with the 'dequant' backend", stacklevel=3)
-    elif backend != "dequant":
+                errors.append(f"{be}{'' if width == k else f' padded to {width}'}: {type(e).__name__}: {str(e)[:100]}")
+    else:
         errors.append(f"group {G} is not a kernel group {KERNEL_GROUPS}")
-        warnings.warn(f"a [{q.shape[0]}, {k}] INT4 weight has runtime group {G}, which no INT4 kernel takes; "
-                      "running it with the 'dequant' backend", stacklevel=3)
-    note = f" ({backend} refused: {errors[0]})" if errors else ""
-    return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout}{note}"
+    warnings.warn(f"INT4 backend {backend!r} cannot run a [{q.shape[0]}, {k}] weight ({'; '.join(errors)}); "
+                  "running it with the 'dequant' backend", stacklevel=3)
+    return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout} ({backend} refused: {errors[0]})"
 
 
 def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str, cache: bool = False):
