@@ -98,3 +98,12 @@ def test_sweep_defaults_mmlu_on_and_rejects_bad_formulation(tiny):
         run_quant_sweep(tiny, CharTok(), [], text=TEXT, formulation="cloze")
     with pytest.raises(ValueError, match="n_questions=-1"):
         run_quant_sweep(tiny, CharTok(), [], text=TEXT, n_questions=-1)
+
+
+@pytest.mark.parametrize("field,bad", [("repeats", 0), ("prefill_tokens", 51.2), ("decode_batches", (1, 0)),
+                                       ("context", "8"), ("warmup", -1), ("decode_batches", ())])
+def test_speed_config_fields_name_themselves(field, bad):
+    with pytest.raises(ValueError, match=rf"SpeedConfig\.{field}="):
+        SpeedConfig(**{field: bad})
+    assert SpeedConfig(decode_batches=[1, 4]).decode_batches == (1, 4)
+    assert SpeedConfig.for_device("cpu").repeats == 1 and SpeedConfig.for_device("cuda").repeats == 5
