@@ -21,3 +21,9 @@ def tiny():
 def calib_ids():
     g = torch.Generator().manual_seed(1)
     return torch.randint(0, 256, (8, 64), generator=g)
+
+
+@pytest.fixture
+def make_tiny():
+    """``tiny_llama`` itself, for tests that need other widths (e.g. the built-in model's 576)."""
+    return tiny_llama

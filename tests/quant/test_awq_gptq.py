@@ -46,7 +46,7 @@ def test_gptq_beats_rtn_on_correlated_inputs(act_order):
     H, n = hessian_update(None, X[:500], 0)
     H, n = hessian_update(H, X[500:], n)
     assert n == 1024 and torch.allclose(H, 2 * X.T @ X / 1024, rtol=1e-4, atol=1e-4)  # running mean == batch
-    codes, s, z = gptq_quantize(W, H, 4, 32, False, act_order=act_order)
+    codes, s, z = gptq_quantize(W, H, 4, 32, False, act_order=act_order, static_groups=act_order)
     from workbench.quant.rtn import dequantize_codes
 
     gptq = output_error(X, [W], [dequantize_codes(codes, s, z)])

@@ -41,3 +41,21 @@ def test_fidelity_plots(grid):
     fig = plot_fidelity_bars(grid)
     assert list(fig.data[0].x) == ["RTN W2", "RTN W4", "RTN W8"]  # FP (KL = 0) dropped from the log axis
     assert len(plot_kl_vs_memory(grid).data[0].x) == 3
+
+
+def test_mmlu_plot_marks_points_whose_ci_includes_chance(grid):
+    g = grid.assign(mmlu_chance=0.25, mmlu_formulation="mmlu_continuation", mmlu_metric="acc_norm", mmlu_n=57)
+    g.loc[3, ["mmlu_ci_lo", "mmlu_ci_hi"]] = [0.27, 0.33]  # W8 clears chance; W2, W4 touch it (0.25)
+    fig = qp.plot_mmlu_vs_bits(g)
+    assert list(fig.data[0].marker.symbol) == ["circle-open", "circle-open", "circle"]
+    assert "acc_norm" in fig.layout.title.text and "n=57" in fig.layout.title.text
+
+
+def test_speed_plot_groups_batches(grid):
+    g = grid.assign(decode_ms_b1=[4.0, 1.0, 2.0, 3.0], decode_ms_b8=[8.0, 2.0, 4.0, 6.0], speed_device="cpu (1 thread)",
+                    runtime="dense")
+    fig = qp.plot_speed(g)
+    assert [t.name for t in fig.data] == ["batch 1", "batch 8"] and list(fig.data[1].y) == [8.0, 2.0, 4.0, 6.0]
+    assert "cpu (1 thread)" in fig.layout.title.text
+    with pytest.raises(ValueError, match="speed=True"):
+        qp.plot_speed(grid)

@@ -3,8 +3,16 @@
 * RTN: llm-compressor's ``W4A16`` preset (compressed_tensors ``quant_scheme._int_wnam(4)``: symmetric
   INT4, group 128, memoryless min-max observer, ``scale = max|w| / 7.5``, codes in ``[-8, 7]``) must give
   the same scales and the same integers as ``QuantConfig.from_name("w4a16", scale_dtype="float32")``.
-* AWQ / GPTQ: both implementations must lower decoder layer 0's output error against their own RTN on
-  the calibration data, and ours must be within 1.5x of llm-compressor's error.
+* GPTQ with llm-compressor's settings (its default static activation ordering = ``act_order`` with
+  ``static_groups``; all of a layer's Linears calibrated in one pass, ``true_sequential=False``) must
+  give the same integers in decoder layer 0 (measured: >= 99.92% identical codes per Linear, the rest
+  within rounding ties of the float Hessian arithmetic) and the same errors (measured ratios 0.9997
+  on layer 0's output, 1.002 on the model's output KL).
+* AWQ / GPTQ with our defaults: both implementations lower the errors against their own RTN, and the
+  error ratios ours / llm-compressor stay where they were measured (2026-12-01, this model and seed):
+  GPTQ layer 0 1.13 (llm-compressor orders columns by activation, our default does not), model KL
+  1.06; AWQ layer 0 0.84-0.88, model KL 1.08-1.11 (llm-compressor's AWQ varies from run to run; its
+  loss is the block output, ours each Linear's output). Thresholds: those ratios plus about 5%.
 """
 
 import pytest
@@ -68,6 +76,19 @@ def _layer0_error(model, fp, inputs) -> float:
     return float(sum(((a[0] - b[0]) ** 2).mean() for a, b in zip(want, got)) / len(want))
 
 
+def _model_kl(model, fp, held) -> float:
+    """Mean per-token KL(p_fp || p_q) on held-out ids (the error every later layer adds up to)."""
+    with torch.no_grad():
+        lp, lq = torch.log_softmax(fp(held).logits, -1), torch.log_softmax(model(held).logits, -1)
+    return float((lp.exp() * (lp - lq)).sum(-1).mean())
+
+
+def _lc_codes(m, name):
+    mod = m.get_submodule(name)
+    g = torch.arange(mod.weight.shape[1]) // 128
+    return torch.clamp(torch.round(mod.weight.detach() / mod.weight_scale.detach()[:, g]), -8, 7)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["awq", "gptq"])
 def test_awq_gptq_lower_error_like_llmcompressor(tmp_path, method):
@@ -83,22 +104,36 @@ def test_awq_gptq_lower_error_like_llmcompressor(tmp_path, method):
         pytest.skip("llm-compressor's oneshot needs a tokenizer; the default model's cache is absent")
     fp = _saved_tiny(tmp_path / "m", salient=True)
     ids = torch.randint(0, 256, (8, 64), generator=torch.Generator().manual_seed(1))
+    held = torch.randint(0, 256, (8, 64), generator=torch.Generator().manual_seed(2))
     inputs = capture_layer0_inputs(fp, ids)
     cfg = {"bits": 4, "group_size": 128, "symmetric": True, "scale_dtype": "float32"}
-    err = {"ours_rtn": _layer0_error(quantize(fp, QuantConfig(**cfg))[0], fp, inputs),
-           "ours": _layer0_error(quantize(fp, QuantConfig(method=method, **cfg), ids)[0], fp, inputs)}
+
+    def errs(m):
+        return _layer0_error(m, fp, inputs), _model_kl(m, fp, held)
+
+    ours = {"rtn": errs(quantize(fp, QuantConfig(**cfg))[0]),
+            "default": errs(quantize(fp, QuantConfig(method=method, **cfg), ids)[0])}
 
     def lc_run(recipe):
         m = type(fp).from_pretrained(tmp_path / "m").eval()
         ds = Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist()})
         oneshot(model=m, tokenizer=AutoTokenizer.from_pretrained(tok_dir), recipe=recipe, dataset=ds,
                 num_calibration_samples=8, max_seq_length=64)
-        return _layer0_error(m, fp, inputs)
+        return m
 
-    rtn = QuantizationModifier(scheme="W4A16", targets="Linear", ignore=["lm_head"])
-    err["lc_rtn"] = lc_run(rtn)
+    lc_rtn = errs(lc_run(QuantizationModifier(scheme="W4A16", targets="Linear", ignore=["lm_head"])))
     if method == "gptq":
-        err["lc"] = lc_run(GPTQModifier(scheme="W4A16", targets="Linear", ignore=["lm_head"]))
+        lc_model = lc_run(GPTQModifier(scheme="W4A16", targets="Linear", ignore=["lm_head"]))
+        lc = errs(lc_model)
+        same = QuantConfig(method="gptq", **cfg, act_order=True, static_groups=True, true_sequential=False)
+        q_same = quantize(fp, same, ids)[0]
+        for name in [n for n, _ in lc_model.model.layers[0].named_modules() if n.endswith("_proj")]:
+            full = f"model.layers.0.{name}"
+            agree = (q_same.get_submodule(full).codes().float() - 8 == _lc_codes(lc_model, full)).float().mean()
+            assert agree >= 0.999, f"{full}: only {agree:.4%} of the codes equal llm-compressor's"
+        e_same = errs(q_same)
+        assert e_same[0] == pytest.approx(lc[0], rel=0.01) and e_same[1] == pytest.approx(lc[1], rel=0.02)
+        bound = (1.2, 1.1)
     else:
         from llmcompressor.modifiers.transform import AWQModifier
         from llmcompressor.pipelines import cache
@@ -107,10 +142,13 @@ def test_awq_gptq_lower_error_like_llmcompressor(tmp_path, method):
         pin = cache.IntermediatesCache.pin_memory
         cache.IntermediatesCache.pin_memory = lambda self, *a, **k: None
         try:  # duo_scaling=False: s = mean|x|^alpha, the paper's search space (as ours)
-            err["lc"] = lc_run([AWQModifier(duo_scaling=False),
-                                QuantizationModifier(scheme="W4A16", targets="Linear", ignore=["lm_head"])])
+            lc = errs(lc_run([AWQModifier(duo_scaling=False),
+                              QuantizationModifier(scheme="W4A16", targets="Linear", ignore=["lm_head"])]))
         finally:
             cache.IntermediatesCache.pin_memory = pin
-    assert err["ours_rtn"] == pytest.approx(err["lc_rtn"], rel=1e-3)  # same RTN -> same error
-    assert err["ours"] < 0.9 * err["ours_rtn"] and err["lc"] < err["lc_rtn"]
-    assert err["ours"] < 1.5 * err["lc"]
+        bound = (1.0, 1.15)
+    assert ours["rtn"][0] == pytest.approx(lc_rtn[0], rel=1e-3)  # same RTN -> same error
+    for k in (0, 1):  # both lower RTN's layer-0 error and model KL
+        assert ours["default"][k] < 0.9 * ours["rtn"][k] and lc[k] < lc_rtn[k]
+    assert ours["default"][0] <= bound[0] * lc[0], (ours, lc)
+    assert ours["default"][1] <= bound[1] * lc[1], (ours, lc)

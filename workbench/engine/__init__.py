@@ -13,7 +13,8 @@ from workbench.engine.int4 import Int4Linear, dequantize_int4, quantize_rtn_int4
 def fast_runner(model, max_seq: int = 2048) -> Runner:
     """Single-sequence runner on the fast path for ``model``: ``Engine.from_hf(model, max_batch=1,
     max_seq).runner(0)`` for Llama / Qwen2 / Mistral-family models (quantized ``QuantLinear`` layers
-    included, dequantized), else the :class:`HFRunner` reference. ``max_seq``: longest sequence
+    included, on the quantized matmuls of :mod:`workbench.engine.runtime`), else the :class:`HFRunner`
+    reference. ``max_seq``: longest sequence
     (prompt + generated + draft tokens) the KV cache must hold."""
     try:
         return Engine.from_hf(model, max_batch=1, max_seq=max_seq).runner(0)

@@ -150,14 +150,19 @@ class Engine:
     @classmethod
     def from_hf(cls, model, max_batch: int = 1, max_seq: int | None = None, dtype=None, device=None,
                 w4a16=None, w4a16_backend: str | None = None, group_size: int = 128,
-                quantize_lm_head: bool = False, use_graphs: bool | None = None, kv_dtype: str = "auto") -> Engine:
+                quantize_lm_head: bool = False, use_graphs: bool | None = None,
+                quant_runtime: str = "auto", kv_dtype: str = "auto") -> Engine:
         """Engine with the weights of ``model`` (an HF ``*ForCausalLM`` of type llama/qwen2/mistral).
 
-        ``dtype``/``device`` default to the model's. ``w4a16``: None, ``"rtn"`` (RTN INT4 with
-        ``group_size``) or a dict ``{hf_module_name: (qweight, scales, zeros)}`` (from
-        ``workbench.quant``). ``max_seq`` defaults to ``min(max_position_embeddings, 2048)``.
-        ``kv_dtype``: KV-cache storage (see :mod:`workbench.engine.kv_cache`).
-        Raises ValueError for unsupported architectures.
+        ``dtype``/``device`` default to the model's. A model quantized by ``workbench.quant``
+        (``QuantLinear`` layers: RTN, AWQ, GPTQ) runs on the quantized matmuls built from its codes,
+        INT4 through ``w4a16_backend`` (``quant_runtime``: ``"auto"`` = ``"kernels"`` on CUDA,
+        ``"cached"`` on the CPU; ``"dense"``: dequantized float weights; see
+        :func:`workbench.engine.weights.weights_from_hf`); ``self.w.labels`` says which matmul each
+        weight got (:mod:`workbench.engine.runtime`). For float models, ``w4a16``: None, ``"rtn"`` (RTN INT4 with
+        ``group_size``) or a dict ``{hf_module_name: (qweight, scales, zeros)}``. ``max_seq`` defaults
+        to ``min(max_position_embeddings, 2048)``. ``kv_dtype``: KV-cache storage (see
+        :mod:`workbench.engine.kv_cache`). Raises ValueError for unsupported architectures.
         """
         spec = ModelSpec.from_hf_config(model.config)
         p = next(model.parameters())
@@ -167,7 +172,7 @@ class Engine:
         if max_seq is None:
             max_seq = min(int(getattr(model.config, "max_position_embeddings", 2048)), 2048)
         with torch.no_grad():
-            w = weights_from_hf(model, dtype, device, w4a16, backend, group_size, quantize_lm_head)
+            w = weights_from_hf(model, dtype, device, w4a16, backend, group_size, quantize_lm_head, quant_runtime)
         return cls(spec, w, model.config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype)
 
     @classmethod

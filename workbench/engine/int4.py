@@ -1,10 +1,15 @@
 """W4A16: group-wise asymmetric INT4 weights, bf16/float activations, and the matmul backends.
 
-Format (the RTN definition shared with :mod:`workbench.quant`), per row and per group of
+Format (the asymmetric RTN definition of :mod:`workbench.quant.rtn`), per row and per group of
 ``group_size`` consecutive input columns:
 
-    scale = (max - min) / 15,  zero = round(-min / scale),  q = clamp(round(w / scale) + zero, 0, 15)
-    w_hat = (q - zero) * scale
+    scale = (max(w, 0) - min(w, 0)) / 15,  zero = round(-min(w, 0) / scale),
+    q = clamp(round(w / scale) + zero, 0, 15),  w_hat = (q - zero) * scale
+
+Any other W4 (or W2/W3: codes below 16) layout of :class:`workbench.quant.QuantLinear` maps onto it:
+symmetric codes have ``zero = 2^(bits-1)``, float zero points are kept as floats, and partial or
+non-kernel group sizes are expanded to a runtime group dividing both (see
+:mod:`workbench.engine.weights`).
 
 (Round-to-nearest baseline as in Frantar et al. 2022 GPTQ, arXiv 2210.17323, sec. 2; Lin et al. 2023
 AWQ, arXiv 2306.00978, keeps the same storage format.)
@@ -39,7 +44,16 @@ BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite
 
 
 def quantize_rtn_int4(weight: torch.Tensor, group_size: int = 128):
-    """Round-to-nearest asymmetric INT4 of ``weight`` ``[out, in]`` (any float dtype).
+    """Round-to-nearest asymmetric INT4 of ``weight`` ``[out, in]`` (any float dtype): the package's RTN
+    definition (:func:`workbench.quant.rtn.compute_qparams` and ``quantize_codes`` with ``bits=4``,
+    ``symmetric=False``, ``scale_dtype=weight.dtype``), number for number:
+
+        lo = min(min w, 0),  hi = max(max w, 0),  scale = (hi - lo) / 15 (rounded to weight's dtype;
+        a zero scale becomes that dtype's eps),  zero = clamp(round(-lo / scale), 0, 15),
+        q = clamp(round(w / scale) + zero, 0, 15)          (torch.round: half to even)
+
+    ``tests/quant/test_runtime.py`` checks the equality; it is written out here because the engine does
+    not import :mod:`workbench.quant` (which builds on the engine).
 
     Returns ``(q, scales, zeros)``: ``q`` ``[out, in]`` uint8 in 0..15, ``scales`` and ``zeros``
     ``[out, in // group_size]`` in weight's dtype (zeros integer-valued). Statistics are computed in
@@ -49,10 +63,12 @@ def quantize_rtn_int4(weight: torch.Tensor, group_size: int = 128):
     if group_size <= 0 or in_f % group_size:
         raise ValueError(f"group_size={group_size} must divide in_features={in_f}; pick a divisor such as 32, 64 or 128")
     w = weight.float().reshape(out_f, in_f // group_size, group_size)
-    mn = w.amin(-1)
-    mx = w.amax(-1)
-    scale = ((mx - mn) / 15).clamp_min(1e-8)
-    zero = torch.round(-mn / scale)
+    lo = w.amin(-1).clamp(max=0)
+    hi = w.amax(-1).clamp(min=0)
+    scale = (hi - lo) / 15
+    scale = torch.where(scale == 0, torch.full_like(scale, torch.finfo(weight.dtype).eps), scale)
+    scale = scale.to(weight.dtype).float()  # the codes are the nearest ones for the scale stored
+    zero = torch.round(-lo / scale).clamp(0, 15)
     q = torch.clamp(torch.round(w / scale.unsqueeze(-1)) + zero.unsqueeze(-1), 0, 15)
     return q.reshape(out_f, in_f).to(torch.uint8), scale.to(weight.dtype), zero.to(weight.dtype)
 

@@ -2,17 +2,28 @@
 
 Per layer the engine keeps ``wqkv = [Wq; Wk; Wv]`` ``[(H+2*KV)*D, hidden]`` and
 ``wgu = [W_gate; W_up]`` ``[2*I, hidden]`` so one decode layer runs four matmuls. Each matmul is a
-:class:`Dense` (float/bf16 weight) or an :class:`workbench.engine.int4.Int4Linear` (W4A16).
+:class:`Dense` (float/bf16 weight), an :class:`workbench.engine.int4.Int4Linear` (W4A16, also W2/W3
+codes) or an :class:`workbench.engine.int8.Int8Linear` (W8A16, W5-W7), possibly behind an AWQ input
+scale (:class:`workbench.engine.runtime.InputScaled`).
+
+A model whose Linears are quantized (``workbench.quant.QuantLinear``: RTN, AWQ or GPTQ output) runs on
+the quantized matmuls built from its codes (:mod:`workbench.engine.runtime`); ``ModelWeights.labels``
+names the matmul each weight got, and a weight the runtime cannot run stays dense, with a warning and
+a label saying why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from workbench.engine.int4 import Int4Linear, quantize_rtn_int4
+from workbench.engine.runtime import InputScaled, fuse_params, quant_matmul, quant_params_of
+
+QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model's Linears run (weights_from_hf)
 
 
 class Dense:
@@ -47,7 +58,8 @@ class ModelWeights:
     embed: torch.Tensor  # [vocab, hidden]
     layers: list
     norm: torch.Tensor  # [hidden]
-    lm_head: object  # Dense | Int4Linear, out vocab
+    lm_head: object  # Dense | Int4Linear | Int8Linear, out vocab
+    labels: dict = field(default_factory=dict)  # matmul name ("layers.0.qkv", "lm_head") -> runtime label
 
     def matmuls(self) -> list:
         """Every matmul weight (Dense or Int4Linear): per layer qkv, o, gate_up, down; then lm_head."""
@@ -104,25 +116,90 @@ def _fused_quant(qdict, names, in_features):
 
 def _dense(linear) -> torch.Tensor:
     """``[out, in]`` weight a Linear applies to its raw input: ``nn.Linear.weight``, or for a
-    :class:`workbench.quant.QuantLinear` its dequantized ``W_hat / input_scale`` (``effective_weight``),
-    so quantized drafts run through the engine with the numbers of their correctness path."""
+    :class:`workbench.quant.QuantLinear` its dequantized ``W_hat / input_scale`` (``effective_weight``)."""
     eff = getattr(linear, "effective_weight", None)
     return eff() if callable(eff) else linear.weight
 
 
+def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, cache: bool = False):
+    """The engine matmul for the Linears ``mods`` fused along ``out`` and the AWQ input scale left for
+    the caller (``None`` if none): quantized matmuls when every module is quantized and they fuse,
+    else the dense (dequantized, AWQ scale included) weight with a warning unless all are float."""
+    params = [quant_params_of(m) for m in mods]
+    if all(p is None for p in params):
+        labels[key] = "dense"
+        w = mods[0].weight if len(mods) == 1 else torch.cat([m.weight for m in mods], 0)
+        return Dense(w.to(device, dtype)), None  # one module: no copy (a tied lm_head stays shared)
+    reason = "some of the fused Linears are not quantized" if any(p is None for p in params) else None
+    if reason is None:
+        try:
+            fused = fuse_params(params)
+        except ValueError as e:
+            reason = str(e)
+    if reason is None:
+        lin, labels[key] = quant_matmul(fused, dtype, device, backend, cache)
+        s = fused["input_scale"]
+        return lin, None if s is None else s.to(device, torch.float32)
+    warnings.warn(f"{key}: {reason}; it runs dense (dequantized weights)", stacklevel=3)
+    labels[key] = f"dense ({reason})"
+    return Dense(torch.cat([_dense(m) for m in mods], 0).to(device, dtype)), None
+
+
+def _fold(ln: torch.Tensor, s, dtype) -> torch.Tensor:
+    """RMSNorm weight with AWQ's ``1 / s`` folded in (``None``: unchanged)."""
+    return ln.to(dtype) if s is None else (ln.float() / s.to(ln.device)).to(dtype)
+
+
+def _scaled(lin, s, dtype):
+    return lin if s is None else InputScaled(lin, s.to(dtype))
+
+
+def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, cache: bool) -> LayerWeights:
+    """One decoder block whose Linears may be quantized (``quant_params``), on the runtime matmuls."""
+    a, m = blk.self_attn, blk.mlp
+    key = pre.replace("model.", "")
+    wqkv, s_qkv = _runtime([a.q_proj, a.k_proj, a.v_proj], dtype, device, backend, key + "qkv", labels, cache)
+    wo, s_o = _runtime([a.o_proj], dtype, device, backend, key + "o", labels, cache)
+    wgu, s_gu = _runtime([m.gate_proj, m.up_proj], dtype, device, backend, key + "gate_up", labels, cache)
+    wd, s_d = _runtime([m.down_proj], dtype, device, backend, key + "down", labels, cache)
+    biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
+    return LayerWeights(
+        ln1=_fold(blk.input_layernorm.weight.to(device), s_qkv, dtype), wqkv=wqkv,
+        bqkv=torch.cat(biases).to(device, dtype) if biases[0] is not None else None,
+        wo=_scaled(wo, s_o, dtype), bo=None if a.o_proj.bias is None else a.o_proj.bias.to(device, dtype),
+        ln2=_fold(blk.post_attention_layernorm.weight.to(device), s_gu, dtype), wgu=wgu,
+        wd=_scaled(wd, s_d, dtype))
+
+
 def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_size=128,
-                    quantize_lm_head=False) -> ModelWeights:
+                    quantize_lm_head=False, quant_runtime: str = "auto") -> ModelWeights:
     """Copy (and fuse) the weights of an HF ``LlamaForCausalLM``/``Qwen2ForCausalLM``.
 
-    ``w4a16``: None (dense), ``"rtn"`` (RTN-quantize every block Linear here), or a dict mapping HF
+    Quantized Linears (``workbench.quant.QuantLinear``) run on the quantized matmuls built from their
+    codes (``backend`` is the INT4 backend). ``quant_runtime``: ``"kernels"`` computes from the codes
+    on every call; ``"cached"`` keeps the weight of a matmul that would dequantize on every call
+    (INT4 ``"dequant"``, INT8) dequantized once (:class:`workbench.engine.runtime.Dequantized`);
+    ``"auto"`` is ``"kernels"`` on CUDA and ``"cached"`` on the CPU, where no quantized matmul beats a
+    dense one; ``"dense"`` uses the dequantized weights as float weights (no quantized format at
+    all). ``w4a16`` (float models): None (dense),
+    ``"rtn"`` (RTN-quantize every block Linear here, groups of ``group_size``), or a dict mapping HF
     module names (``"model.layers.0.self_attn.q_proj"``) to ``(qweight, scales, zeros)`` or to
     ``{"qweight", "scales", "zeros"}``; qweight ``[out, in]`` 0..15 or packed ``[out, in // 2]``.
+    Raises ValueError for an unknown ``quant_runtime``.
     """
+    if quant_runtime not in QUANT_RUNTIMES:
+        raise ValueError(f"quant_runtime={quant_runtime!r} is unknown; use one of {QUANT_RUNTIMES}")
     base = model.model
-    layers = []
+    quantized = quant_runtime != "dense" and w4a16 is None and any(
+        callable(getattr(mod, "quant_params", None)) for mod in model.modules())
+    cache = quant_runtime == "cached" or (quant_runtime == "auto" and torch.device(device).type != "cuda")
+    layers, labels = [], {}
     for i, blk in enumerate(base.layers):
-        a, m = blk.self_attn, blk.mlp
         pre = f"model.layers.{i}."
+        if quantized:
+            layers.append(_quantized_layer(blk, pre, dtype, device, backend, labels, cache))
+            continue
+        a, m = blk.self_attn, blk.mlp
         wqkv = torch.cat([_dense(a.q_proj), _dense(a.k_proj), _dense(a.v_proj)], 0).to(device, dtype)
         qn = [pre + f"self_attn.{p}_proj" for p in "qkv"]
         biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
@@ -142,12 +219,17 @@ def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_s
             wd=make_linear(wd, _fused_quant(w4a16, [pre + "mlp.down_proj"], wd.shape[1]), dtype, backend, group_size),
         ))
     embed = base.embed_tokens.weight.to(device, dtype)
-    lm_w = model.lm_head.weight.to(device, dtype)
-    lm_q = None
-    if quantize_lm_head and w4a16 is not None:
-        lm_q = "rtn" if w4a16 == "rtn" else _fused_quant(w4a16, ["lm_head"], lm_w.shape[1])
-    return ModelWeights(embed=embed, layers=layers, norm=base.norm.weight.to(device, dtype),
-                        lm_head=make_linear(lm_w, lm_q, dtype, backend, group_size))
+    if quantized:
+        lm, s = _runtime([model.lm_head], dtype, device, backend, "lm_head", labels, cache)
+        lm = _scaled(lm, s, dtype)
+    else:
+        lm_w = _dense(model.lm_head).to(device, dtype)
+        lm_q = None
+        if quantize_lm_head and w4a16 is not None:
+            lm_q = "rtn" if w4a16 == "rtn" else _fused_quant(w4a16, ["lm_head"], lm_w.shape[1])
+        lm = make_linear(lm_w, lm_q, dtype, backend, group_size)
+    return ModelWeights(embed=embed, layers=layers, norm=base.norm.weight.to(device, dtype), lm_head=lm,
+                        labels=labels)
 
 
 def random_weights(spec, dtype, device, qkv_bias=False, w4a16=False, backend="dequant", group_size=128,

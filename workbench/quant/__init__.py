@@ -1,22 +1,32 @@
 """Weight-only quantization: RTN, AWQ, GPTQ into packed ``QuantLinear`` layers, footprint, sweeps.
 
-``quantize(model, QuantConfig(...)) -> (qmodel, per_layer_report)``; ``footprint(model)`` measures real
-bytes; ``run_quant_sweep`` measures fidelity (and optionally MMLU) per config, resumably.
+``quantize(model, QuantConfig(...)) -> (qmodel, per_layer_report)``; ``convert_for_runtime(qmodel)`` ->
+the engine on its quantized matmuls; ``footprint(model)`` measures real bytes; ``run_quant_sweep``
+measures memory, fidelity, MMLU and speed per config, resumably.
 """
 
-from .config import PRESETS, QuantConfig
+from .config import GRIDS, PRESETS, QuantConfig, quant_grid
 from .footprint import footprint, kv_bytes_per_token
 from .qlinear import QuantLinear
 from .quantize import quantizable_linears, quantize
-from .sweep import run_quant_sweep
+from .runtime import convert_for_runtime, runtime_summary
+from .speed import SpeedConfig, measure_speed
+from .sweep import demo_defaults, run_quant_sweep
 
 __all__ = [
+           "GRIDS",
            "PRESETS",
            "QuantConfig",
            "QuantLinear",
+           "SpeedConfig",
+           "convert_for_runtime",
+           "demo_defaults",
            "footprint",
            "kv_bytes_per_token",
+           "measure_speed",
+           "quant_grid",
            "quantizable_linears",
            "quantize",
            "run_quant_sweep",
+           "runtime_summary",
 ]

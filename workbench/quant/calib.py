@@ -1,15 +1,21 @@
 """Calibration data for AWQ and GPTQ, and layer-by-layer input capture.
 
-Inputs are collected SEQUENTIALLY, decoder layer by decoder layer, as the GPTQ and AWQ reference
-code does: the hidden states entering layer ``i`` are produced by layers ``0..i-1`` already
-quantized, so each layer is calibrated on the activations it will really see.
+Inputs are collected decoder layer by decoder layer. Which activations a layer is calibrated on
+follows each reference (``workbench.quant.quantize`` applies it):
+
+* GPTQ (reference ``llama_sequential``, AutoGPTQ, llm-compressor): the hidden states entering layer
+  ``i`` come from layers ``0..i-1`` already quantized, and with ``true_sequential`` each sub-group of
+  a layer (q/k/v, o, gate/up, down) sees the sub-groups quantized before it;
+* AWQ (llm-awq ``run_awq``, AutoAWQ ``AwqQuantizer._get_input_feat``): from the full-precision
+  model, since the next layer's inputs are the output of the layer computed before it is scaled or
+  quantized (``QuantConfig.awq_inputs="quantized"`` opts into the GPTQ-style propagation).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["calibration_ids", "capture_layer0_inputs", "decoder_layers", "run_layer"]
+__all__ = ["calibration_ids", "capture_layer0_inputs", "capture_linear_inputs", "decoder_layers", "run_layer"]
 
 
 def calibration_ids(tok, text: str | None = None, n_samples: int = 32, seq_len: int = 256,
@@ -89,3 +95,39 @@ def run_layer(layer, inputs: list[tuple[torch.Tensor, dict]]) -> list[tuple[torc
         y = layer(hs, **kw)
         out.append((y[0] if isinstance(y, tuple) else y, kw))
     return out
+
+
+@torch.no_grad()
+def capture_linear_inputs(layer, inputs: list[tuple[torch.Tensor, dict]], linears: dict[str, torch.nn.Module],
+                          observe, full: bool = True) -> list[tuple[torch.Tensor, dict]] | None:
+    """Run ``layer`` on every captured chunk and call ``observe(name, x)`` with the input ``x``
+    ``[chunk, seq, in]`` of each module in ``linears`` (``{name: module}``) as it is reached.
+
+    ``full=True`` returns the layer's outputs (the next layer's inputs); ``full=False`` stops each
+    chunk's forward as soon as every module of ``linears`` has been seen (less work for the first
+    sub-groups of a layer) and returns ``None``.
+    """
+    seen: set[str] = set()
+
+    def make_hook(name):
+        def hook(_mod, args):
+            observe(name, args[0])  # the tensor itself: Linears reading one tensor share its id()
+            seen.add(name)
+            if not full and len(seen) == len(linears):
+                raise _Stop
+        return hook
+
+    handles = [m.register_forward_pre_hook(make_hook(n)) for n, m in linears.items()]
+    out = []
+    try:
+        for hs, kw in inputs:
+            seen.clear()
+            try:
+                y = layer(hs, **kw)
+            except _Stop:
+                continue
+            out.append((y[0] if isinstance(y, tuple) else y, kw))
+    finally:
+        for h in handles:
+            h.remove()
+    return out if full else None

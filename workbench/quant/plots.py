@@ -11,6 +11,7 @@ __all__ = [
     "plot_memory_vs_bits",
     "plot_metric_vs_bits",
     "plot_mmlu_vs_bits",
+    "plot_speed",
     "series_name",
 ]
 
@@ -72,24 +73,52 @@ def plot_metric_vs_bits(df: pd.DataFrame, metric: str = "kl_mean", log_y: bool |
 
 
 def plot_mmlu_vs_bits(df: pd.DataFrame) -> go.Figure:
-    """MMLU accuracy (micro) with its 95% CI against ``w_bits``; FP as a band. Columns ``mmlu_acc,
-    mmlu_ci_lo, mmlu_ci_hi``; rows without MMLU are dropped."""
+    """MMLU accuracy (micro) with its 95% CI against ``w_bits``; FP as a band; chance as a dotted line.
+    Points whose CI includes chance are drawn hollow and named so in the hover text (no "drop" can be
+    read from them). Columns ``mmlu_acc, mmlu_ci_lo, mmlu_ci_hi`` (and, when present, ``mmlu_chance``,
+    ``mmlu_formulation``, ``mmlu_metric``); rows without MMLU are dropped."""
     if "mmlu_acc" not in df:
         raise ValueError("no mmlu_acc column: run the sweep with n_questions > 0")
     d = df.dropna(subset=["mmlu_acc"])
+    chance = float(d["mmlu_chance"].iloc[0]) if "mmlu_chance" in d and len(d) else 0.25
     fig = go.Figure()
     for name, g in _q(d).groupby("series", sort=True):
-        fig.add_trace(go.Scatter(x=g["w_bits"], y=g["mmlu_acc"], mode="lines+markers", name=name,
-                                 error_y={"type": "data", "symmetric": False, "array": g["mmlu_ci_hi"] - g["mmlu_acc"],
-                                              "arrayminus": g["mmlu_acc"] - g["mmlu_ci_lo"]}))
+        at_chance = (g["mmlu_ci_lo"] <= chance) & (g["mmlu_ci_hi"] >= chance)
+        fig.add_trace(go.Scatter(
+            x=g["w_bits"], y=g["mmlu_acc"], mode="lines+markers", name=name,
+            marker={"symbol": ["circle-open" if c else "circle" for c in at_chance], "size": 9},
+            hovertext=["CI includes chance" if c else "" for c in at_chance],
+            error_y={"type": "data", "symmetric": False, "array": g["mmlu_ci_hi"] - g["mmlu_acc"],
+                     "arrayminus": g["mmlu_acc"] - g["mmlu_ci_lo"]}))
     fp = _fp(d)
     if fp is not None:
         fig.add_hrect(y0=fp["mmlu_ci_lo"], y1=fp["mmlu_ci_hi"], opacity=0.15, line_width=0,
                       annotation_text="FP 95% CI")
         fig.add_hline(y=fp["mmlu_acc"], line_dash="dash")
-    fig.add_hline(y=0.25, line_dash="dot", annotation_text="chance")
-    fig.update_layout(title="MMLU accuracy vs weight bits (95% CI)", xaxis_title="w_bits",
-                      yaxis_title="accuracy", template="plotly_white")
+    fig.add_hline(y=chance, line_dash="dot", annotation_text=f"chance {chance:.2f}")
+    what = ""
+    if "mmlu_formulation" in d and len(d):
+        what = f" ({d['mmlu_formulation'].iloc[0]}, {d['mmlu_metric'].iloc[0]}, n={int(d['mmlu_n'].iloc[0])})"
+    fig.update_layout(title=f"MMLU accuracy vs weight bits, 95% CI{what}; hollow: CI includes chance",
+                      xaxis_title="w_bits", yaxis_title="accuracy", template="plotly_white")
+    return fig
+
+
+def plot_speed(df: pd.DataFrame) -> go.Figure:
+    """Measured decode time per token (``decode_ms_b*`` columns, one bar group per batch size) for
+    every point of a sweep, labelled with the device it ran on. Raises ``ValueError`` without speed
+    columns (a sweep run with ``speed=False``)."""
+    cols = sorted((c for c in df.columns if c.startswith("decode_ms_b")), key=lambda c: int(c[len("decode_ms_b"):]))
+    if not cols:
+        raise ValueError("no decode_ms_b* column: run the sweep with speed=True")
+    fig = go.Figure()
+    for c in cols:
+        fig.add_trace(go.Bar(x=df["label"], y=df[c], name=f"batch {c[len('decode_ms_b'):]}",
+                             hovertext=df.get("runtime")))
+    dev = df["speed_device"].iloc[0] if "speed_device" in df and len(df) else "?"
+    fig.update_layout(title=f"Decode time per token on the engine ({dev})", barmode="group",
+                      xaxis_title="configuration", yaxis_title="ms per token (per sequence)",
+                      template="plotly_white")
     return fig
 
 

@@ -1,7 +1,8 @@
 """``QuantLinear``: a Linear layer whose weight is stored as packed integer codes + scales + zeros.
 
-Its ``forward`` dequantizes (the correctness path, any device). The fast W4A16 path lives in
-``workbench.engine``, which takes a layer's integers through :meth:`QuantLinear.quant_params`.
+Its ``forward`` dequantizes (the correctness path, any device). The engine runs the integers themselves:
+:func:`workbench.quant.convert_for_runtime` (``Engine.from_hf``) reads :meth:`QuantLinear.quant_params`
+and builds the W4A16 / W8A16 matmuls (:mod:`workbench.engine.runtime`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class QuantLinear(torch.nn.Module):
       zero point is the constant ``2^(bits-1)``;
     * ``input_scale`` ``[in]`` (AWQ only, else empty): the activation-aware per-input-channel scale
       ``a``. AWQ quantizes ``W * a`` and divides the input by ``a``, which is exact in full precision;
-      this layer keeps ``a`` inside instead of folding ``1/a`` into the previous RMSNorm / Linear.
+      this layer keeps ``a`` inside, and the engine's runtime folds ``1/a`` into the RMSNorm before
+      q/k/v and gate/up (as llm-awq's ``apply_scale`` does) or divides the activation.
 
     ``W_hat = (q - z) * s`` per group. The dequantized weight is cached (not a buffer) after the first
     forward, so repeated forwards cost one matmul; ``clear_cache()`` drops it.

@@ -1,4 +1,9 @@
-"""``quantize(model, config, calib)``: replace Linear layers by ``QuantLinear`` with RTN, AWQ or GPTQ."""
+"""``quantize(model, config, calib)``: replace Linear layers by ``QuantLinear`` with RTN, AWQ or GPTQ.
+
+Calibrated methods run decoder layer by decoder layer (see :mod:`workbench.quant.calib` for which
+activations each layer is calibrated on): GPTQ on the partly quantized model, sub-group by
+sub-group with ``true_sequential``; AWQ on the full-precision model's activations by default.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,13 @@ import pandas as pd
 import torch
 
 from .awq import awq_search
-from .calib import calibration_ids, capture_layer0_inputs, decoder_layers, run_layer
+from .calib import calibration_ids, capture_layer0_inputs, capture_linear_inputs, decoder_layers, run_layer
 from .config import QuantConfig
 from .gptq import gptq_quantize, hessian_update
 from .qlinear import QuantLinear
 from .rtn import DTYPES, compute_qparams, quantize_codes, resolve_group_size
 
-__all__ = ["quantizable_linears", "quantize"]
+__all__ = ["SEQUENTIAL", "quantizable_linears", "quantize", "sequential_groups"]
 
 
 def _skipped(name: str, skip: tuple[str, ...]) -> bool:
@@ -69,48 +74,76 @@ def _set_module(root: torch.nn.Module, name: str, new: torch.nn.Module) -> None:
     setattr(root.get_submodule(parent) if parent else root, child, new)
 
 
+# GPTQ true-sequential sub-groups of a Llama-like decoder layer, in the order they run (the GPTQ
+# reference llama.py ``--true-sequential``; AutoGPTQ / GPTQModel ``inside_layer_modules``)
+SEQUENTIAL = (("q_proj", "k_proj", "v_proj"), ("o_proj",), ("gate_proj", "up_proj"), ("down_proj",))
+
+
+def sequential_groups(names, true_sequential: bool = True) -> list[list[str]]:
+    """Split a decoder layer's Linear names (``"self_attn.q_proj"``...) into GPTQ quantization
+    sub-groups: :data:`SEQUENTIAL` order with ``true_sequential`` (Linears of other names form one
+    last group), else one group of all."""
+    names = list(names)
+    if not true_sequential:
+        return [names]
+    groups = [[n for n in names if n.rsplit(".", 1)[-1] in kinds] for kinds in SEQUENTIAL]
+    rest = [n for n in names if not any(n in g for g in groups)]
+    return [g for g in groups + [rest] if g]
+
+
 @torch.no_grad()
-def _calibrated_layer(layer, prefix: str, inputs, lins: dict[str, torch.nn.Linear], cfg: QuantConfig):
-    """Capture the inputs of ``lins`` (one decoder layer) on ``inputs`` and quantize them; returns
-    ``{name: (QuantLinear, extra report fields)}``."""
+def _gptq_layer(layer, prefix: str, inputs, lins: dict[str, torch.nn.Linear], cfg: QuantConfig):
+    """GPTQ one decoder layer: per sub-group, capture the Hessians on the partly quantized layer,
+    quantize, swap in the ``QuantLinear``s. Returns ``({name: (QuantLinear, extra)}, next inputs)``
+    with the next inputs computed by the quantized layer (as the GPTQ reference propagates)."""
     sdt = DTYPES[cfg.scale_dtype]
-    stats: dict[str, dict] = {n: {"H": None, "n": 0, "X": [], "first": None} for n in lins}
-    hooks = []
-    for n, lin in lins.items():
-        def hook(_m, args, _out, n=n):
-            x = args[0].detach()
-            st = stats[n]
-            if st["first"] is None:
-                st["first"] = args[0]  # kept alive, so id() identifies the shared input tensor
-            if cfg.method == "gptq":
-                st["H"], st["n"] = hessian_update(st["H"], x, st["n"])
-            else:
-                st["X"].append(x.reshape(-1, x.shape[-1]).float())
-        hooks.append(lin.register_forward_hook(hook))
-    try:
-        run_layer(layer, inputs)
-    finally:
-        for h in hooks:
-            h.remove()
     result = {}
-    if cfg.method == "gptq":
-        for n, lin in lins.items():
-            codes, s, z = gptq_quantize(lin.weight, stats[n]["H"], cfg.bits, cfg.group_size_code, cfg.symmetric,
-                                        sdt, cfg.gptq_damp, cfg.gptq_block, cfg.act_order, _fz(cfg))
-            result[n] = (_make_qlinear(prefix + n, lin, codes, s, z, cfg), {})
-        return result
-    # AWQ: Linears that read the same tensor (q/k/v; gate/up) share one scale search
+    for names in sequential_groups(lins, cfg.true_sequential):
+        if not names:
+            continue
+        stats = {n: [None, 0] for n in names}
+
+        def observe(n, x, stats=stats):
+            stats[n][0], stats[n][1] = hessian_update(stats[n][0], x, stats[n][1])
+
+        capture_linear_inputs(layer, inputs, {n: lins[n] for n in names}, observe, full=False)
+        for n in names:
+            codes, s, z = gptq_quantize(lins[n].weight, stats[n][0], cfg.bits, cfg.group_size_code, cfg.symmetric,
+                                        sdt, cfg.gptq_damp, cfg.gptq_block, cfg.act_order, _fz(cfg),
+                                        cfg.static_groups)
+            ql = _make_qlinear(prefix + n, lins[n], codes, s, z, cfg)
+            result[n] = (ql, {})
+            _set_module(layer, n, ql)
+    return result, run_layer(layer, inputs)
+
+
+@torch.no_grad()
+def _awq_layer(layer, prefix: str, inputs, lins: dict[str, torch.nn.Linear], cfg: QuantConfig):
+    """AWQ one decoder layer: one pass captures every Linear's input (and the full-precision layer
+    output), Linears that read the same tensor (q/k/v; gate/up) share one scale search. Returns
+    ``({name: (QuantLinear, extra)}, next inputs)``: the full-precision output (``awq_inputs="fp"``,
+    llm-awq / AutoAWQ) or the quantized layer's (``"quantized"``)."""
+    sdt = DTYPES[cfg.scale_dtype]
+    X: dict[str, list] = {n: [] for n in lins}
+    first: dict[str, torch.Tensor] = {}
+
+    def observe(n, x):
+        first.setdefault(n, x)  # kept alive, so id() identifies the shared input tensor
+        X[n].append(x.reshape(-1, x.shape[-1]).float())
+
+    fp_out = capture_linear_inputs(layer, inputs, lins, observe, full=True)
     groups: dict[int, list[str]] = {}
     for n in lins:
-        groups.setdefault(id(stats[n]["first"]), []).append(n)
+        groups.setdefault(id(first[n]), []).append(n)
     gen = torch.Generator().manual_seed(cfg.seed)
+    result = {}
     for names in groups.values():
-        X = torch.cat(stats[names[0]]["X"])
-        x_mean = X.abs().mean(0)
-        if X.shape[0] > cfg.awq_max_tokens:
-            X = X[torch.randperm(X.shape[0], generator=gen)[:cfg.awq_max_tokens]]
+        Xg = torch.cat(X[names[0]])
+        x_mean = Xg.abs().mean(0)
+        if Xg.shape[0] > cfg.awq_max_tokens:
+            Xg = Xg[torch.randperm(Xg.shape[0], generator=gen)[:cfg.awq_max_tokens]]
         ws = [lins[n].weight.detach() for n in names]
-        s, alpha, losses = awq_search(X, ws, cfg.bits, cfg.group_size_code, cfg.symmetric, sdt,
+        s, alpha, losses = awq_search(Xg, ws, cfg.bits, cfg.group_size_code, cfg.symmetric, sdt,
                                       cfg.awq_grid, x_mean, _fz(cfg))
         for n in names:
             w = lins[n].weight.detach().float() * s
@@ -119,7 +152,9 @@ def _calibrated_layer(layer, prefix: str, inputs, lins: dict[str, torch.nn.Linea
             ql = _make_qlinear(prefix + n, lins[n], codes, qs, qz, cfg, input_scale=s)
             result[n] = (ql, {"awq_alpha": alpha, "awq_group": "+".join(x.rsplit(".", 1)[-1] for x in names),
                               "awq_loss_rtn": losses[0], "awq_loss": min(losses)})
-    return result
+    for n, (ql, _) in result.items():
+        _set_module(layer, n, ql)
+    return result, fp_out if cfg.awq_inputs == "fp" else run_layer(layer, inputs)
 
 
 def quantize(model: torch.nn.Module, config: QuantConfig, calib=None, *, tok=None,
@@ -171,11 +206,11 @@ def quantize(model: torch.nn.Module, config: QuantConfig, calib=None, *, tok=Non
         for i in it:
             prefix = f"{base}.{i}."
             mine = {n[len(prefix):]: m for n, m in lins.items() if n.startswith(prefix)}
-            for n, (ql, extra) in _calibrated_layer(layers[i], prefix, inputs, mine, config).items():
+            step = _gptq_layer if config.method == "gptq" else _awq_layer
+            quantized, inputs = step(layers[i], prefix, inputs, mine, config)
+            for n, (ql, extra) in quantized.items():
                 rows.append(_report_row(prefix + n, mine[n], ql, config, calibrated=True, **extra))
-                _set_module(layers[i], n, ql)
                 done.add(prefix + n)
-            inputs = run_layer(layers[i], inputs)
     for name, lin in lins.items():
         if name not in done:
             ql = _rtn_layer(name, lin, config)

@@ -34,6 +34,7 @@ __all__ = [
     "fake_quantize",
     "quantize_codes",
     "resolve_group_size",
+    "round_codes",
 ]
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -108,7 +109,9 @@ def compute_qparams(w: torch.Tensor, bits: int, group_size: int, symmetric: bool
 def expand_groups(t: torch.Tensor, out_f: int, in_f: int, group_size: int | None = None) -> torch.Tensor:
     """Broadcast per-group ``[out or 1, n_groups]`` values to per-weight ``[out, in]``; ``group_size``
     is the group width (default ``in / n_groups``; needed when the last group is partial)."""
-    g = group_size if group_size and group_size > 0 and t.shape[1] > 1 else in_f // t.shape[1]
+    if t.shape[1] == 1:  # one group per row (or per tensor): broadcast, no copy
+        return t.float().expand(out_f, in_f)
+    g = group_size if group_size and group_size > 0 else in_f // t.shape[1]
     return t.float().repeat_interleave(g, dim=1)[:, :in_f].expand(out_f, in_f)
 
 
@@ -119,9 +122,16 @@ def quantize_codes(w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, b
     out_f, in_f = w.shape
     s = expand_groups(scales, out_f, in_f, group_size)
     z = expand_groups(zeros, out_f, in_f, group_size)
-    if zeros.is_floating_point():  # float zero point: round after the shift
-        return torch.round(w.float() / s + z).clamp(0, (1 << bits) - 1).to(torch.uint8)
-    return (torch.round(w.float() / s) + z).clamp(0, (1 << bits) - 1).to(torch.uint8)
+    return round_codes(w.float(), s, z, (1 << bits) - 1, zeros.is_floating_point()).to(torch.uint8)
+
+
+def round_codes(w: torch.Tensor, s: torch.Tensor, z: torch.Tensor, maxq: int, float_zero: bool) -> torch.Tensor:
+    """The rounding rule on float32 tensors of one shape (or broadcastable): ``clamp(round(w / s) + z,
+    0, maxq)``, or ``clamp(round(w / s + z), 0, maxq)`` for a float zero point (round after the shift).
+    Returns float32 codes (GPTQ calls it per column)."""
+    if float_zero:
+        return torch.round(w / s + z).clamp_(0, maxq)
+    return (torch.round(w / s) + z).clamp_(0, maxq)
 
 
 def dequantize_codes(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,

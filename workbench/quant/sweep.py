@@ -1,47 +1,108 @@
-"""``run_quant_sweep``: one row per ``QuantConfig`` (memory, fidelity, optional MMLU), resumable."""
+"""``run_quant_sweep``: one row per ``QuantConfig`` (memory, fidelity, MMLU, speed), resumable."""
 
 from __future__ import annotations
 
+import inspect
 import time
+import warnings
 
 import pandas as pd
 import torch
 
+from workbench.device import resolve_device
+from workbench.eval.fidelity import eval_windows, run_fidelity
+from workbench.eval.mmlu import run_mmlu, summarize_mmlu
 from workbench.models import require_trained
 
 from .config import QuantConfig
 from .footprint import footprint
 from .quantize import quantize
+from .speed import SpeedConfig, measure_speed
 
-__all__ = ["FP_LABEL", "run_quant_point", "run_quant_sweep"]
+__all__ = ["DEMO_SUBJECTS", "FORMULATIONS", "FP_LABEL", "MMLU_CHANCE", "default_mmlu_size", "demo_defaults", "resolve_device",
+           "run_quant_point", "run_quant_sweep"]
 
 FP_LABEL = "FP"
+FORMULATIONS = ("mmlu", "mmlu_continuation")  # lm-eval task names: letters A-D, or the choice texts (cloze)
+MMLU_CHANCE = 0.25  # four choices; a uniform guess (and acc_norm of a scorer that knows nothing)
 
 
-def _mmlu(model, tok, questions, dev, n_shot, batch_size) -> dict:
-    from workbench.eval.mmlu import run_mmlu, summarize_mmlu
+def default_mmlu_size(device) -> int:
+    """MMLU questions per subject when the caller gives none: 10 (570 questions) on CUDA; 1 (57) on the
+    CPU, the size at which notebook 01's whole grid fits its CPU time budget (a CI that wide cannot
+    show a drop; the table says so in ``mmlu_vs_chance``)."""
+    return 10 if torch.device(device).type == "cuda" else 1
 
-    per_q = run_mmlu(model, tok, questions, dev, n_shot=n_shot, batch_size=batch_size, progress=False)
+
+# every third MMLU subject in alphabetical order (all four categories), for the CPU demo
+DEMO_SUBJECTS = ("abstract_algebra", "business_ethics", "college_chemistry", "college_medicine", "conceptual_physics",
+                 "elementary_mathematics", "high_school_biology", "high_school_european_history",
+                 "high_school_macroeconomics", "high_school_physics", "high_school_us_history", "human_sexuality",
+                 "logical_fallacies", "marketing", "moral_disputes", "philosophy", "professional_law",
+                 "public_relations", "us_foreign_policy")
+
+
+def demo_defaults(device="auto") -> dict:
+    """Sizes of notebook 01's default run on ``device``: ``device``, ``dtype`` (bfloat16 on CUDA, float32
+    on the CPU), ``grid`` (:data:`workbench.quant.config.GRIDS`), ``n_tokens`` (held-out tokens for
+    KL / top-1 / perplexity), ``n_calib_samples`` x ``calib_seq_len`` (AWQ / GPTQ calibration),
+    ``awq_max_tokens`` (tokens AWQ scores each scale on),
+    ``n_questions`` (MMLU per subject) and ``subjects`` (None: all 57). On the CPU they are cut to fit
+    the demo's share of the CPU time budget (every notebook's demo together in 20 minutes on 2
+    cores): one question from each of :data:`DEMO_SUBJECTS` (19 questions: the pipeline, not a
+    measurement; 570 on CUDA)."""
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        return {"device": str(dev), "dtype": "bfloat16", "grid": "demo", "n_tokens": 4096, "n_calib_samples": 32,
+                "calib_seq_len": 256, "awq_max_tokens": 2048, "n_questions": default_mmlu_size(dev), "subjects": None}
+    return {"device": "cpu", "dtype": "float32", "grid": "demo_cpu", "n_tokens": 1024, "n_calib_samples": 8,
+            "calib_seq_len": 128, "awq_max_tokens": 512, "n_questions": default_mmlu_size(dev),
+            "subjects": list(DEMO_SUBJECTS)}
+
+
+def _mmlu(model, tok, questions, dev, n_shot: int, batch_size: int, formulation: str) -> dict:
+    """Score MMLU with ``formulation`` and summarise it: accuracy (``acc_norm`` for the continuation
+    formulation, lm-eval's length-normalised metric; ``acc`` for letters) with its 95% CI (Wilson,
+    micro; normal, macro), chance level, and whether the CI lies above chance."""
+    kw = {}
+    used = formulation
+    if "formulation" in inspect.signature(run_mmlu).parameters:
+        kw["formulation"] = formulation
+    elif formulation != "mmlu":
+        warnings.warn(f"this workbench.eval.mmlu.run_mmlu has no formulation=; MMLU is scored as 'mmlu' "
+                      f"(letters), not {formulation!r}", stacklevel=3)
+        used = "mmlu"
+    per_q = run_mmlu(model, tok, questions, dev, n_shot=n_shot, batch_size=batch_size, progress=False, **kw)
+    metric = "acc_norm" if used == "mmlu_continuation" and "correct_norm" in per_q else "acc"
+    out = {"mmlu_formulation": used, "mmlu_metric": metric, "n_shot": n_shot, "mmlu_chance": MMLU_CHANCE}
+    if metric == "acc_norm":
+        out["mmlu_acc_unnormed"] = float(per_q["correct"].mean())
+        per_q = per_q.assign(correct=per_q["correct_norm"])
     s = summarize_mmlu(per_q.assign(n_shot=n_shot)).set_index("subject")
-    return {"mmlu_n": int(s.loc["micro", "n"]), "mmlu_acc": float(s.loc["micro", "acc"]),
-            "mmlu_ci_lo": float(s.loc["micro", "ci_lo"]), "mmlu_ci_hi": float(s.loc["micro", "ci_hi"]),
-            "mmlu_macro": float(s.loc["macro", "acc"]), "mmlu_macro_ci_lo": float(s.loc["macro", "ci_lo"]),
-            "mmlu_macro_ci_hi": float(s.loc["macro", "ci_hi"]), "n_shot": n_shot}
+    out.update({"mmlu_n": int(s.loc["micro", "n"]), "mmlu_acc": float(s.loc["micro", "acc"]),
+                "mmlu_ci_lo": float(s.loc["micro", "ci_lo"]), "mmlu_ci_hi": float(s.loc["micro", "ci_hi"]),
+                "mmlu_macro": float(s.loc["macro", "acc"]), "mmlu_macro_ci_lo": float(s.loc["macro", "ci_lo"]),
+                "mmlu_macro_ci_hi": float(s.loc["macro", "ci_hi"])})
+    out["mmlu_vs_chance"] = ("above chance" if out["mmlu_ci_lo"] > MMLU_CHANCE else
+                             "below chance" if out["mmlu_ci_hi"] < MMLU_CHANCE else "CI includes chance")
+    return out
 
 
 def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tensor, *, calib=None,
                     fp_cache: dict | None = None, batch_size: int = 4, mmlu_questions=None, mmlu_dev=None,
-                    n_shot: int = 5, report_out: list | None = None) -> pd.DataFrame:
+                    n_shot: int = 0, formulation: str = "mmlu_continuation", speed: SpeedConfig | None = None,
+                    report_out: list | None = None) -> pd.DataFrame:
     """Quantize ``model`` with ``config`` (``None``: the full-precision model itself) and measure it.
 
     Returns one row: the config fields (``method, w_bits, group_size, granularity, symmetric, scheme,
     label``...), ``weight_bytes`` and the other :func:`footprint` fields, the fidelity metrics of
     :func:`workbench.eval.fidelity.run_fidelity` on ``windows`` ``[n, seq_len]`` (``ppl`` = ``ppl_q``),
-    ``quantize_s`` and, when ``mmlu_questions`` is given, MMLU micro/macro accuracy with 95% CIs.
+    ``quantize_s``; when ``mmlu_questions`` is given, MMLU (``mmlu_acc`` with 95% CIs, micro and macro,
+    ``mmlu_formulation``, ``mmlu_metric``, ``mmlu_chance``, ``mmlu_vs_chance``); when ``speed`` is
+    given, the columns of :func:`workbench.quant.speed.measure_speed` (decode ms per token at each
+    batch, prefill ms, peak memory, the device and the runtime matmuls).
     ``report_out``: a list that receives the per-layer report (tagged with ``label``).
     """
-    from workbench.eval.fidelity import run_fidelity
-
     require_trained(model, "the quantization sweep's fidelity and MMLU columns")
     t0 = time.perf_counter()
     if config is None:
@@ -59,27 +120,49 @@ def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tenso
     row.update(fid)
     row["ppl"] = row["ppl_q"]
     if mmlu_questions is not None and len(mmlu_questions):
-        row.update(_mmlu(qmodel, tok, mmlu_questions, mmlu_dev, n_shot, batch_size=8))
+        row.update(_mmlu(qmodel, tok, mmlu_questions, mmlu_dev, n_shot, 8, formulation))
+    if speed is not None:
+        row.update(measure_speed(qmodel, speed))
     if report_out is not None and len(report):
         report_out.append(report.assign(label=row["label"]))
     return pd.DataFrame([row])
 
 
+def _mmlu_data(n_questions: int, subjects):
+    from workbench.data import load_mmlu, sample_mmlu
+
+    test = load_mmlu(split="test")
+    if subjects:
+        unknown = sorted(set(subjects) - set(test["subject"]))
+        if unknown:
+            raise ValueError(f"unknown MMLU subjects {unknown}; see load_mmlu()['subject'].unique()")
+        test = test[test["subject"].isin(subjects)]
+    return sample_mmlu(test, n_questions, seed=0), load_mmlu(split="dev")
+
+
 def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str | None = None,
                     n_tokens: int = 4096, seq_len: int = 256, batch_size: int = 4, calib=None,
-                    n_questions: int = 0, n_shot: int = 5, subjects: list[str] | None = None,
-                    name: str | None = None,
+                    n_questions: int | None = None, n_shot: int | None = None,
+                    formulation: str = "mmlu_continuation", subjects: list[str] | None = None,
+                    speed: bool | SpeedConfig = True, name: str | None = None,
                     root=None, include_fp: bool = True, progress: bool = True) -> pd.DataFrame:
     """Measure each config (and the FP model) and return one row per point.
 
     Args:
-        model, tok: the full-precision causal LM and its tokenizer (the model is never modified).
+        model, tok: the full-precision causal LM and its tokenizer (never modified); every measurement
+            runs on the model's device and dtype.
         configs: :class:`QuantConfig` list; ``None`` entries mean the FP model.
         text: held-out evaluation text (default WikiText-2 test); the first ``n_tokens`` tokens in
             non-overlapping ``seq_len`` windows. AWQ/GPTQ calibrate on WikiText-2 valid (or ``calib``).
-        n_questions: MMLU questions per subject (0: no MMLU), scored ``n_shot``-shot with the
-            lead's ``workbench.eval.mmlu.run_mmlu``; accuracy has 95% CIs (Wilson, micro).
+        n_questions: MMLU questions per subject (stratified sample); ``None``:
+            :func:`default_mmlu_size` for the model's device; 0: no MMLU.
+        n_shot: MMLU exemplars; ``None``: 0 for ``mmlu_continuation`` (lm-eval's default for that
+            task), 5 for ``mmlu``.
+        formulation: ``"mmlu_continuation"`` (lm-eval's cloze formulation, scored by ``acc_norm``: the
+            built-in 135M model is above chance there) or ``"mmlu"`` (letters A-D, ``acc``).
         subjects: restrict MMLU to these subjects (smoke runs); default all 57.
+        speed: time every point on the engine (:func:`workbench.quant.speed.measure_speed`): ``True``
+            (:meth:`SpeedConfig.for_device`), a :class:`SpeedConfig`, or ``False`` to skip.
         name: results-store name; when given, ``workbench.results.sweep`` appends each finished
             point to it and a re-run skips the points already stored (resume after interruption).
 
@@ -87,42 +170,38 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
         DataFrame, one row per point (see :func:`run_quant_point`); when ``name`` is given, the stored
         rows of these points for this model and evaluation data (earlier runs' rows included; rows of
         other weights or data stay in the store, see :func:`workbench.results.sweep`).
-    """
-    from workbench.eval.fidelity import eval_windows
 
+    Raises:
+        ValueError: an unknown formulation or MMLU subject, negative ``n_questions``.
+    """
+    if formulation not in FORMULATIONS:
+        raise ValueError(f"formulation={formulation!r} is unknown; use one of {FORMULATIONS}")
+    device = next(model.parameters()).device
+    n_questions = default_mmlu_size(device) if n_questions is None else n_questions
+    if not isinstance(n_questions, int) or n_questions < 0:
+        raise ValueError(f"n_questions={n_questions!r} must be an integer >= 0 (0: no MMLU) or None (default size)")
+    n_shot = (0 if formulation == "mmlu_continuation" else 5) if n_shot is None else n_shot
+    speed_cfg = (SpeedConfig.for_device(device) if speed is True else speed) or None
     if text is None:
         from workbench.data import load_text
 
         text = load_text("wikitext-2", split="test")
     windows = eval_windows(tok, text, n_tokens, seq_len)
-    questions = dev = None
-    if n_questions:
-        from workbench.data import load_mmlu, sample_mmlu
-
-        test = load_mmlu(split="test")
-        if subjects:
-            unknown = sorted(set(subjects) - set(test["subject"]))
-            if unknown:
-                raise ValueError(f"unknown MMLU subjects {unknown}; see load_mmlu()['subject'].unique()")
-            test = test[test["subject"].isin(subjects)]
-        questions = sample_mmlu(test, n_questions, seed=0)
-        dev = load_mmlu(split="dev")
+    questions, dev = _mmlu_data(n_questions, subjects) if n_questions else (None, None)
     points = ([None] if include_fp and None not in configs else []) + list(configs)
     fp_cache: dict = {}
 
-    def fn(cfg: dict | None) -> pd.DataFrame:
-        qc = None if cfg is None or cfg.get("method") == "fp" else QuantConfig(**cfg)
+    def fn_key(k: dict) -> pd.DataFrame:
+        cfg = {kk: v for kk, v in k.items() if kk != "_eval"}
+        qc = None if cfg.get("method") == "fp" else QuantConfig(**cfg)
         out = run_quant_point(model, tok, qc, windows, calib=calib, fp_cache=fp_cache, batch_size=batch_size,
-                              mmlu_questions=questions, mmlu_dev=dev, n_shot=n_shot)
+                              mmlu_questions=questions, mmlu_dev=dev, n_shot=n_shot, formulation=formulation,
+                              speed=speed_cfg)
         return out.assign(n_questions_per_subject=n_questions, eval_tokens=int(windows.numel()))
 
-    keys = [{"method": "fp"} if c is None else _asdict(c) for c in points]
-    keys = [{**k, "_eval": [int(windows.numel()), seq_len, n_questions, n_shot, sorted(subjects or [])]}
-            for k in keys]
-
-    def fn_key(k: dict) -> pd.DataFrame:
-        return fn({kk: v for kk, v in k.items() if kk != "_eval"})
-
+    ev = [int(windows.numel()), seq_len, n_questions, n_shot, sorted(subjects or []), formulation,
+          None if speed_cfg is None else list(_speed_key(speed_cfg))]
+    keys = [{**({"method": "fp"} if c is None else _asdict(c)), "_eval": ev} for c in points]
     if name is None:
         return pd.concat([fn_key(k) for k in keys], ignore_index=True)
     from workbench.results import collect_provenance, data_digest, sweep
@@ -132,6 +211,10 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
             "mmlu_dev": None if dev is None else data_digest(dev)}
     prov = collect_provenance(model=model, config={"configs": keys}, n_tokens=n_tokens, seq_len=seq_len, data=data)
     return sweep(name, keys, fn_key, provenance=prov, root=root, progress=progress)
+
+
+def _speed_key(c: SpeedConfig) -> tuple:
+    return (list(c.decode_batches), c.prefill_tokens, c.context, c.repeats, c.warmup)
 
 
 def _asdict(c: QuantConfig) -> dict:

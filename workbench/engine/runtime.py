@@ -1,0 +1,206 @@
+"""Quantized runtime: the codes of quantized Linears -> the engine's quantized matmuls.
+
+The step gpt-fast calls ``convert_for_runtime`` (``quantize.py``: ``WeightOnlyInt4QuantHandler`` turns
+the quantized state dict into ``WeightOnlyInt4Linear`` modules). Input: any module with
+``quant_params()`` (:class:`workbench.quant.QuantLinear`, duck-typed: the engine does not import the
+quantization package): ``q`` ``uint8`` ``[out, in]`` unsigned codes, ``scales`` / ``zeros``
+``[out, ceil(in/g)]``, ``group_size`` ``g``, ``bits``, ``input_scale`` ``[in]`` or None, with
+``w_hat[o, i] = (q[o, i] - zeros[o, i // g]) * scales[o, i // g]`` and ``y = (x / input_scale) @ w_hat.T``.
+
+Which matmul runs a weight (the label each one gets says which, and why):
+
+* ``bits <= 4``: :class:`workbench.engine.int4.Int4Linear` with the engine's W4A16 backend. W2/W3
+  codes are below 16, so they run there exactly (stored at 4 bits). A group layout the kernels do not
+  take is re-expressed exactly with a runtime group ``G`` that divides both the quantization group and
+  ``in`` (the largest power of two in 32..256 dividing ``gcd(g, in)``; each group's scale and zero
+  repeated): a partial last group (``576 = 4 x 128 + 64`` -> ``G = 64``), per channel, per tensor.
+  If the backend refuses the shape (``ValueError`` / ``RuntimeError`` at packing), ``in`` is zero-padded
+  to a multiple of 128 as gpt-fast's ``WeightOnlyInt4Linear(padding=True)`` does (the input is padded
+  per call); if it still refuses, its small kernel paired with ``"dequant"`` for more rows (e.g.
+  ``"triton:dequant"``, where the engine offers that pairing), and last the ``"dequant"`` backend
+  (with a warning).
+* ``5 <= bits <= 8``: :class:`workbench.engine.int8.Int8Linear` (``int8pack`` per channel / per
+  tensor, ``dequant`` for groups).
+* anything else (mixed float and quantized Linears in one fused matmul, different layouts or AWQ
+  scales across it): the caller falls back to the dense dequantized weight, with a warning.
+
+On the CPU no quantized matmul beats a dense one (measured on the 2-core CI machine, float32, one
+1536 x 576 weight at batch 1: dense 90 us, ``_weight_int4pack_mm_for_cpu`` 1.8 ms, ``int8pack`` 0.9 ms,
+dequantize-per-call 17 ms), so the engine's default there (``cache=True``) keeps each quantized
+matmul's weight dequantized once (:class:`Dequantized`): dense speed, the bytes of the quantized
+format in ``nbytes``, the same numbers as computing from the codes.
+
+AWQ's ``input_scale`` is returned to the caller, which folds ``1 / s`` into the RMSNorm weight in front
+of q/k/v and gate/up (exact in real arithmetic: ``(x_hat * g) / s = x_hat * (g / s)``) and otherwise
+divides the activation (:class:`InputScaled`, for o_proj and down_proj).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from workbench.engine.int4 import Int4Linear, dequantize_int4
+from workbench.engine.int8 import Int8Linear
+
+__all__ = ["Dequantized", "InputScaled", "PaddedInput", "fuse_params", "quant_matmul", "quant_params_of",
+           "runtime_group"]
+
+KERNEL_GROUPS = (256, 128, 64, 32)  # group sizes every INT4 kernel of the engine takes (tinygemm: 32-256)
+PAD_MULTIPLE = 128  # tinygemm packs K in tiles of 8 x 16 columns
+
+
+class InputScaled:
+    """``y = inner(x / s)``: AWQ's per-input-channel scale ``s`` ``[in]`` where no RMSNorm precedes."""
+
+    def __init__(self, inner, s: torch.Tensor):
+        self.inner, self.s = inner, s
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x / self.s)
+
+    def nbytes(self) -> int:
+        return self.inner.nbytes() + self.s.numel() * self.s.element_size()
+
+    def warmup(self, max_m: int = 4) -> None:
+        if hasattr(self.inner, "warmup"):
+            self.inner.warmup(max_m)
+
+
+class PaddedInput:
+    """``y = inner(pad(x))``: ``inner`` was packed with ``in`` zero-padded to ``padded`` columns."""
+
+    def __init__(self, inner, in_features: int, padded: int):
+        self.inner, self.pad = inner, padded - in_features
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(F.pad(x, (0, self.pad)))
+
+    def nbytes(self) -> int:
+        return self.inner.nbytes()
+
+    def warmup(self, max_m: int = 4) -> None:
+        if hasattr(self.inner, "warmup"):
+            self.inner.warmup(max_m)
+
+
+class Dequantized:
+    """``y = x @ w_hat.T`` with ``w_hat`` of the quantized matmul ``inner`` (``Int4Linear`` with the
+    ``"dequant"`` backend, or ``Int8Linear``) computed once; ``nbytes`` counts ``inner``'s format."""
+
+    def __init__(self, inner, dtype: torch.dtype):
+        self.inner = inner
+        if isinstance(inner, Int8Linear):
+            self.w = inner.dequantize(dtype)
+        else:
+            self.w = dequantize_int4(inner.q, inner.scales, inner.zeros, dtype)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w)
+
+    def nbytes(self) -> int:
+        return self.inner.nbytes()
+
+
+def quant_params_of(module) -> dict | None:
+    """``module.quant_params()`` for a quantized Linear, ``None`` for a float one."""
+    f = getattr(module, "quant_params", None)
+    return f() if callable(f) else None
+
+
+def fuse_params(params: list[dict]) -> dict:
+    """Concatenate the quant params of Linears that read the same input along ``out`` (q/k/v;
+    gate/up). Raises ``ValueError`` naming what differs (bits, group size, zero layout, AWQ scale)."""
+    p0 = params[0]
+    for p in params[1:]:
+        for key in ("bits", "group_size"):
+            if p[key] != p0[key]:
+                raise ValueError(f"{key} differs across the fused Linears ({p0[key]} vs {p[key]})")
+        if p["zeros"].dtype != p0["zeros"].dtype or p["q"].shape[1] != p0["q"].shape[1]:
+            raise ValueError("zero-point dtype or in_features differ across the fused Linears")
+        a, b = p0["input_scale"], p["input_scale"]
+        if (a is None) != (b is None) or (a is not None and not torch.equal(a, b)):
+            raise ValueError("the fused Linears have different AWQ input scales")
+    if len(params) == 1:
+        return dict(p0)
+    cat = {k: torch.cat([p[k] for p in params], 0) for k in ("q", "scales", "zeros")}
+    return {**p0, **cat}
+
+
+def runtime_group(g: int, k: int) -> int:
+    """Group width ``G`` for the INT4 kernels that represents quantization groups of width ``g`` on
+    ``k`` input features exactly: the largest of :data:`KERNEL_GROUPS` dividing ``gcd(g, k)``, else
+    ``gcd(g, k)`` itself (only the ``"dequant"`` backend takes such a group)."""
+    d = math.gcd(int(g), int(k))
+    return next((G for G in KERNEL_GROUPS if d % G == 0), d)
+
+
+def _expand(t: torch.Tensor, g: int, G: int, k: int) -> torch.Tensor:
+    """Per-group values ``[out, ceil(k/g)]`` -> per runtime group ``[out, k // G]``."""
+    idx = torch.arange(k // G, device=t.device) * G // g
+    return t.index_select(1, idx)
+
+
+def _padded(q, s, z, G: int, kp: int):
+    """Codes and group params with ``in`` padded to ``kp``: the padded groups hold zero weights (code 8,
+    zero 8, scale 1)."""
+    k, n_pad = q.shape[1], (kp - q.shape[1]) // G
+    qp = torch.cat([q, torch.full((q.shape[0], kp - k), 8, dtype=torch.uint8, device=q.device)], 1)
+    sp = torch.cat([s, torch.ones(s.shape[0], n_pad, dtype=s.dtype, device=s.device)], 1)
+    zp = torch.cat([z, torch.full((z.shape[0], n_pad), 8.0, device=z.device)], 1)
+    return qp, sp, zp
+
+
+def _int4(p: dict, dtype, device, backend: str):
+    """``(Int4Linear or PaddedInput, label)``: ``backend`` as is, then with ``in`` padded to a multiple of
+    :data:`PAD_MULTIPLE`, then its small kernel with ``"dequant"`` for more rows (where the engine
+    offers that pairing), then ``"dequant"`` (with a warning)."""
+    q, k = p["q"], p["q"].shape[1]
+    G = runtime_group(p["group_size"], k)
+    s, z = _expand(p["scales"], p["group_size"], G, k), _expand(p["zeros"], p["group_size"], G, k).float()
+    layout = f"g{G}" + (f" (from g{p['group_size']})" if G != p["group_size"] else "")
+    if backend == "dequant":
+        return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout}"
+    errors = []
+    if G in KERNEL_GROUPS:
+        kp = -(-k // PAD_MULTIPLE) * PAD_MULTIPLE
+        small = backend.partition(":")[0]
+        tries = [(backend, k)] + ([(backend, kp)] if kp != k else []) + \
+            ([(f"{small}:dequant", k)] if small != backend else [])
+        for be, width in tries:
+            try:
+                if width == k:
+                    return Int4Linear(q, s, z, dtype, be, device), f"int4 {be} {layout}"
+                lin = Int4Linear(*_padded(q, s, z, G, width), dtype, be, device)
+                return PaddedInput(lin, k, width), f"int4 {be} {layout}, in {k} padded to {width}"
+            except (ValueError, RuntimeError) as e:
+                errors.append(f"{be}{'' if width == k else f' padded to {width}'}: {type(e).__name__}: {str(e)[:100]}")
+    else:
+        errors.append(f"group {G} is not a kernel group {KERNEL_GROUPS}")
+    warnings.warn(f"INT4 backend {backend!r} cannot run a [{q.shape[0]}, {k}] weight ({'; '.join(errors)}); "
+                  "running it with the 'dequant' backend", stacklevel=3)
+    return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout} ({backend} refused: {errors[0]})"
+
+
+def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str, cache: bool = False):
+    """Runtime matmul for (fused) quant params: returns ``(matmul, label)``; see the module docstring.
+    ``cache``: a matmul that would dequantize on every call (INT4 ``"dequant"``, INT8) keeps its
+    dequantized weight instead (:class:`Dequantized`). The AWQ ``input_scale`` is not applied here
+    (the caller folds or wraps it)."""
+    lin, label = _int4(params, dtype, device, int4_backend) if params["bits"] <= 4 else _int8(params, dtype, device)
+    if cache and (isinstance(lin, Int8Linear) or getattr(lin, "backend", None) == "dequant"):
+        return Dequantized(lin, dtype), label + ", dequantized once"
+    return lin, label
+
+
+def _int8(params: dict, dtype, device):
+    q, k, g = params["q"], params["q"].shape[1], params["group_size"]
+    s, z = params["scales"], params["zeros"]
+    if s.shape[1] > 1:  # groups (a partial last one included) -> runtime groups of gcd(g, in)
+        G = math.gcd(g, k)
+        s, z = _expand(s, g, G, k), _expand(z, g, G, k)
+    lin = Int8Linear(q, s, z, dtype, None, device)
+    return lin, f"int8 {lin.backend}" + (f" g{lin.group_size}" if s.shape[1] > 1 else "")
