@@ -9,6 +9,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 import torch
 
+# Without a GPU, Triton kernels run in its CPU interpreter. The variable must be set before any module
+# decorates a kernel (``triton.jit`` reads it then), so here, before any test folder imports the package:
+# set in one folder's conftest, kernels imported earlier by another folder stay compiled-mode and fail with
+# "Cannot call @triton.jit'd outside of the scope of a kernel". CPU engines use Triton only when asked
+# (``Engine.set_fused_gemv(True)``), so the other tests are unaffected.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 torch.set_num_threads(1)
 
 

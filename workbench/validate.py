@@ -136,8 +136,8 @@ def check_field_types(obj) -> None:
             if optional:
                 continue
             if tp in (int, float, bool, str):
-                raise field_error(obj, f.name, value, f"must be {'a number' if tp is float else 'a ' + tp.__name__}"
-                                  ", not None")
+                what = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}[tp]
+                raise field_error(obj, f.name, value, f"must be {what}, not None")
             continue
         if typing.get_origin(tp) is tuple or tp is tuple:
             new = _check_tuple(obj, f.name, value, tp)

@@ -24,7 +24,7 @@ from workbench.bridges.vllm_metrics import (
     spec_metrics_delta,
 )
 from workbench.pd.metrics import summarize
-from workbench.pd.sim.config import SLO
+from workbench.pd.metrics import SLO
 from workbench.spec.metrics import SpecDecodingStats
 
 DATA = Path(__file__).parent / "data"

@@ -1,6 +1,6 @@
 """The split-KV decode-attention kernel (:mod:`workbench.kernels.attention`) against a plain-torch
 softmax reference, and the engine with the kernel against the engine with SDPA, through Triton's CPU
-interpreter (``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1`` before triton is imported)."""
+interpreter (``tests/conftest.py`` sets ``TRITON_INTERPRET=1`` before triton is imported)."""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """The engine's fused few-row steps (:mod:`workbench.engine.dispatch`) against its unfused path: bf16 and W4A16
 weights, one-row decode, a verify-like step of 5 rows, a ragged batch, and the clean fallback where a kernel does
-not take a weight. Through Triton's interpreter on a machine without a GPU (``tests/engine/conftest.py``), the
+not take a weight. Through Triton's interpreter on a machine without a GPU (``tests/conftest.py``), the
 compiled kernels on a GPU machine; float32, so the paths agree to float32 summation order."""
 
 import pytest

@@ -1,6 +1,6 @@
 """The fused one-row GEMV (:mod:`workbench.kernels.gemv`) against plain torch, and the engine's fused decode
 path against its unfused path and HF: through Triton's CPU interpreter on a machine without a GPU
-(``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1``), the compiled kernels on CUDA otherwise.
+(``tests/conftest.py`` sets ``TRITON_INTERPRET=1``), the compiled kernels on CUDA otherwise.
 
 The interpreter rounds float32 -> bf16 by truncation (the GPU rounds to nearest even), so bf16 results
 are compared within a few bf16 ulps of the HF-order oracle; float32 ones within float32 summation noise.

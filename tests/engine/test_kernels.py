@@ -1,5 +1,5 @@
 """The Triton kernels against their torch twins: through Triton's CPU interpreter on a machine without a GPU
-(``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1`` first), the compiled kernels on CUDA otherwise
+(``tests/conftest.py`` sets ``TRITON_INTERPRET=1`` first), the compiled kernels on CUDA otherwise
 (skipped only without triton)."""
 
 import pytest

@@ -1,6 +1,6 @@
 """The few-row tensor-core GEMMs (:mod:`workbench.kernels.rows`) against plain torch: dense and INT4 weights,
 every prologue / epilogue, split-K, and the one-row RoPE epilogue. On a machine without a GPU they run through
-Triton's CPU interpreter (``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1``), where the PTX nibble decoding
+Triton's CPU interpreter (``tests/conftest.py`` sets ``TRITON_INTERPRET=1``), where the PTX nibble decoding
 is replaced by the same arithmetic in plain Triton; on a GPU machine the same tests run the compiled kernels
 (``benchmarks/check_rows.py`` adds the full-size shapes).
 

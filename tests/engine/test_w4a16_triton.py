@@ -1,5 +1,5 @@
 """The Triton W4A16 GEMV (:mod:`workbench.kernels.w4a16`) against ``F.linear`` with the dequantized
-weights in float32, run by Triton's CPU interpreter (``tests/engine/conftest.py`` sets
+weights in float32, run by Triton's CPU interpreter (``tests/conftest.py`` sets
 ``TRITON_INTERPRET=1`` before triton is imported on a machine without a GPU; on a GPU machine the
 same tests run the compiled kernel on CUDA tensors).
 

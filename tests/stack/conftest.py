@@ -1,15 +1,9 @@
-"""Tiny models for the stacked study's tests (CPU, seconds). Triton kernels run in its CPU interpreter here
-too (set before triton is first imported, as in tests/engine/conftest.py), whatever order the folders run in."""
-
-import os
+"""Tiny models for the stacked study's tests (CPU, seconds). Without a GPU, Triton kernels run in its CPU
+interpreter (``tests/conftest.py`` sets ``TRITON_INTERPRET=1`` before triton is first imported)."""
 
 import pandas as pd
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 from transformers import LlamaConfig, LlamaForCausalLM
 
 TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
