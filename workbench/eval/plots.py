@@ -60,8 +60,9 @@ def plot_mmlu_subjects(summary: pd.DataFrame, n_shot: int | None = None, title: 
         marker_color=[_GREY if f else _BLUE for f in flag], customdata=subj[["correct", "n"]],
         hovertext=[FLAG if f else "" for f in flag],
         hovertemplate="%{x}<br>acc %{y:.3f} (%{customdata[0]}/%{customdata[1]})<br>%{hovertext}<extra></extra>"))
-    # labels on opposite sides so they never overlap when micro and macro are close
-    for name, dash, where in (("micro", "solid", "top left"), ("macro", "dash", "top right")):
+    # micro's label above its line at the left, macro's below its line at the right, chance's below
+    # at the left: apart even when all three lines coincide (a model at chance)
+    for name, dash, where in (("micro", "solid", "top left"), ("macro", "dash", "bottom right")):
         row = s[s["subject"] == name]
         if len(row):
             r = row.iloc[0]
@@ -70,7 +71,7 @@ def plot_mmlu_subjects(summary: pd.DataFrame, n_shot: int | None = None, title: 
                           annotation_text=f"{name} {r['acc']:.3f} [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}]{note}")
     c = _chance(s)
     fig.add_hline(y=c, line_dash="dot", line_color="gray", annotation_text=f"chance {c:.2f}",
-                  annotation_position="bottom right")
+                  annotation_position="bottom left")
     shots = f"{n_shot}-shot " if n_shot is not None else ""
     what = f"{formulation} " if formulation else ""
     fig.update_layout(title=title or f"MMLU {what}{shots}{metric} per subject (95% Wilson CI; grey: {FLAG})",
