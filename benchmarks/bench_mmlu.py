@@ -1,222 +1,180 @@
-"""MMLU 5-shot scoring on the engine (shared few-shot prefixes) vs lm-eval's HF backend.
+"""MMLU through the package's scorer (``workbench.eval.mmlu.run_mmlu``) on the GPU, timed with
+tokenization included, and cross-checked against lm-eval's HF backend and the CPU path.
 
-Prompt (lm-eval's ``mmlu`` task, Hendrycks et al. 2021, arXiv 2009.03300): ``"The following are
-multiple choice questions (with answers) about {subject}.\\n\\n"`` + 5 dev examples, each
-``"{question}\\nA. ..\\nB. ..\\nC. ..\\nD. ..\\nAnswer: {letter}"`` joined by ``"\\n\\n"``, then the test
-question ending ``"Answer:"``; the prediction is the choice whose continuation ``" A"`` .. ``" D"``
-has the largest log-likelihood.
+The scorer, the prompts and the tokens are the package's (lm-eval's ``mmlu`` / ``mmlu_continuation``
+tasks, checked question by question on the CPU in ``tests/eval``); on CUDA it scores through the
+engine's batch prefill with shared few-shot prefixes. This script only times it and compares:
 
-Engine path: per subject the prefix (header + 5 shots) is prefilled once into slot 0 and copied
-(``copy_prefix``) into up to ``max_batch - 1`` slots; the questions' own tokens are appended in one
-ragged ``extend_batch`` per chunk, reading only the last position's logits.
-lm-eval path: ``HFLM(pretrained=model).loglikelihood`` on the same (context, continuation) pairs.
+* timing: ``run_mmlu`` on every question (after a warm-up on one subject), its wall time with
+  tokenization and the engine build included (``tokenize_s`` is reported apart);
+* lm-eval: ``HFLM.loglikelihood`` (``workbench.eval.lm_eval_ref.lm_eval_loglikelihood``) on the same
+  (context, continuation) strings for ``--lm-eval-per-subject`` questions per subject, predictions
+  compared question by question; ``--shard K/N`` splits that over calls, ``merge`` adds the shards;
+* ``--check-cpu-gpu``: the built-in model in float32, the engine path on CUDA against the HF path on
+  the CPU, both formulations; exits 1 when a prediction differs by more than a near-tie.
 
-    python -m benchmarks.bench_mmlu --mmlu .stage/mmlu --tokenizer .stage/tok [--lm-eval-per-subject 10]
+    python -m benchmarks.bench_mmlu --mmlu .stage/mmlu --tokenizer .stage/tok [--model qwen2-7b] [--lm-eval-per-subject 10]
+    python -m benchmarks.bench_mmlu --check-cpu-gpu --mmlu .stage/mmlu [--per-subject 3]
+    python -m benchmarks.bench_mmlu merge a.json b.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import sys
 import time
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 import torch
 
-from benchmarks.common import CONFIGS, Recorder, environment, hf_model, sync
-from workbench.engine import Engine
+from benchmarks.common import CONFIGS, DEVICE, Recorder, environment, hf_model, sync
+from workbench.data import load_mmlu, sample_mmlu
+from workbench.eval.mmlu import build_prompts, run_mmlu
 
-LETTERS = ["A", "B", "C", "D"]
-
-
-def load_split(root: Path, split: str) -> pd.DataFrame:
-    """All ``{root}/{split}/*_{split}.csv`` (header ``question,choice0..3,answer``) with a subject column."""
-    frames = []
-    for f in sorted((root / split).glob(f"*_{split}.csv")):
-        df = pd.read_csv(f)
-        df["subject"] = f.name[: -len(f"_{split}.csv")]
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True)
+BUILTIN = "smollm2-135m"
+LP = [f"logprob_{c}" for c in "ABCD"]
+NEAR_TIE = 1e-3  # nats: a prediction flip with a reference top-2 margin below this is a near-tie
 
 
-def fmt(row, with_answer: bool) -> str:
-    s = str(row["question"]).strip() + "".join(f"\n{L}. {row[f'choice{i}']}" for i, L in enumerate(LETTERS))
-    s += "\nAnswer:"
-    return s + (f" {LETTERS[int(row['answer'])]}" if with_answer else "")
+def load_target(model_name: str, tok_dir: str | None, dtype: str, device: str = DEVICE):
+    """``(model, tokenizer)``: the built-in model (float weights, ``workbench.models.load_model``) or a
+    random-init config of ``benchmarks.common.CONFIGS`` with the tokenizer in ``tok_dir``."""
+    if model_name == BUILTIN:
+        from workbench.models import load_model
 
-
-def build_prompts(dev: pd.DataFrame, test: pd.DataFrame) -> tuple[dict, list]:
-    """``prefix[subject]`` (header + 5 shots + separator) and ``[(subject, question_text)]`` per test row."""
-    prefix = {}
-    for subj, d in dev.groupby("subject", sort=False):
-        head = f"The following are multiple choice questions (with answers) about {subj.replace('_', ' ')}.\n\n"
-        prefix[subj] = head + "\n\n".join(fmt(r, True) for _, r in d.head(5).iterrows()) + "\n\n"
-    items = [(r["subject"], fmt(r, False)) for _, r in test.iterrows()]
-    return prefix, items
-
-
-def tokenize(tok, prefix: dict, items: list):
-    """Token ids: prefix per subject, and per item the suffix after its subject's prefix (or None and
-    the full context when tokenizing the whole context does not start with the prefix's tokens)."""
-    p_ids = {s: tok(p, add_special_tokens=False)["input_ids"] for s, p in prefix.items()}
-    full = tok([prefix[s] + q for s, q in items], add_special_tokens=False)["input_ids"]
-    # the shared prefix: the longest start of tok(prefix) that every context of the subject begins with
-    # (BPE may merge the trailing "\n\n" with the question's first characters)
-    for s, p in list(p_ids.items()):
-        n = len(p)
-        for (si, _), ids in zip(items, full):
-            if si == s:
-                while n > 0 and ids[:n] != p[:n]:
-                    n -= 1
-        p_ids[s] = p[:n]
-    out = []
-    for (s, _), ids in zip(items, full):
-        p = p_ids[s]
-        out.append((s, ids[len(p):]) if len(ids) > len(p) else (s, None, ids))
-    letter_ids = []
-    for L in LETTERS:  # lm-eval: continuation = tok(ctx + " L")[len(tok(ctx)):]
-        c = tok(" " + L, add_special_tokens=False)["input_ids"]
-        if len(c) != 1:
-            raise ValueError(f"continuation ' {L}' is {len(c)} tokens; this scorer needs one")
-        letter_ids.append(c[0])
-    return p_ids, out, letter_ids
-
-
-@torch.no_grad()
-def engine_mmlu(eng: Engine, p_ids: dict, toks: list, letter_ids: list) -> torch.Tensor:
-    """Predictions ``[n]`` (0..3) for ``toks`` from :func:`tokenize`, in order; device work only,
-    one host sync at the end."""
-    dev = eng.device
-    letters = torch.tensor(letter_ids, device=dev)
-    preds = torch.empty(len(toks), dtype=torch.int64, device=dev)
-    by_subj: dict = {}
-    for i, t in enumerate(toks):
-        by_subj.setdefault(t[0], []).append(i)
-    cap = eng.max_batch - 1
-    for subj, idx in by_subj.items():
-        shared = [i for i in idx if toks[i][1] is not None]
-        alone = [i for i in idx if toks[i][1] is None]
-        eng.reset()
-        p = p_ids[subj]
-        eng.extend_batch([0], torch.tensor([p]), logits="last")
-        shared.sort(key=lambda i: len(toks[i][1]))
-        for c in range(0, len(shared), cap):
-            chunk = shared[c: c + cap]
-            n = len(chunk)
-            lens = [len(toks[i][1]) for i in chunk]
-            batch = torch.zeros(n, max(lens), dtype=torch.int64)
-            for r, i in enumerate(chunk):
-                batch[r, : lens[r]] = torch.tensor(toks[i][1])
-            slots = list(range(1, n + 1))
-            eng.copy_prefix(0, slots, len(p))
-            logits = eng.extend_batch(slots, batch, torch.tensor(lens), logits="last")  # [n, V]
-            preds[torch.tensor(chunk, device=dev)] = logits[:, letters].argmax(-1)
-        for i in alone:
-            eng.truncate_slot(1, 0)
-            logits = eng.extend_batch([1], torch.tensor([toks[i][2]]), logits="last")
-            preds[i] = logits[0, letters].argmax()
-    return preds.cpu()
-
-
-def lm_eval_mmlu(model, tok, prefix: dict, items: list, batch_size: int = 16,
-                 max_length: int = 4096) -> tuple[torch.Tensor, float]:
-    """lm-eval's HF backend (``HFLM.loglikelihood``) on the same contexts; returns the log-likelihoods
-    ``[n_items, 4]`` (float, nats, one per answer letter) and seconds."""
-    from lm_eval.api.instance import Instance
-    from lm_eval.models.huggingface import HFLM
-
-    lm = HFLM(pretrained=model, tokenizer=tok, backend="causal", batch_size=batch_size, max_length=max_length)
-    reqs = []
-    for j, (s, q) in enumerate(items):
-        for c, L in enumerate(LETTERS):
-            reqs.append(Instance(request_type="loglikelihood", doc={}, arguments=(prefix[s] + q, " " + L),
-                                 idx=c, metadata=("mmlu", j, 1)))
-    sync()
-    t0 = time.perf_counter()
-    res = lm.loglikelihood(reqs, disable_tqdm=True)
-    sync()
-    secs = time.perf_counter() - t0
-    ll = torch.tensor([r[0] for r in res]).view(-1, 4)
-    return ll, secs
-
-
-def run(mmlu_dir: str, tok_dir: str, model_name: str = "qwen2-7b", max_batch: int = 96,
-        lm_eval_per_subject: int = 10, rec: Recorder | None = None, n_subjects: int | None = None,
-        dtype: str = "bfloat16", subset_only: bool = False, shard: tuple[int, int] | None = None) -> dict:
-    """Time the engine on every question (or only the lm-eval subset with ``subset_only``), then
-    lm-eval on ``lm_eval_per_subject`` questions per subject (0 = all of them); compare predictions
-    question by question.
-
-    ``shard=(k, n)``: lm-eval only on the subjects ``sorted(subjects)[k::n]`` (the engine still scores
-    every question, so each shard also times the full engine run). The full lm-eval set does not fit
-    one 10-minute device call; :func:`merge` adds the shards up. The random init is seeded, so every
-    shard scores the same weights (checked by ``merge`` through the engine predictions)."""
+        model, tok = load_model(BUILTIN, dtype=dtype, device=device)
+        return model.eval(), tok
     from transformers import AutoTokenizer
 
-    rec = rec or Recorder(name="mmlu.json")
-    root = Path(mmlu_dir)
-    dev, test = load_split(root, "dev"), load_split(root, "test")
+    return hf_model(CONFIGS[model_name], device=device, dtype=getattr(torch, dtype)), AutoTokenizer.from_pretrained(tok_dir)
+
+
+def _data(mmlu_dir: str, n_subjects: int | None):
+    test, dev = load_mmlu(mmlu_dir, split="test"), load_mmlu(mmlu_dir, split="dev")
     if n_subjects:
         keep = sorted(test["subject"].unique())[:n_subjects]
-        dev, test = dev[dev.subject.isin(keep)], test[test.subject.isin(keep)].reset_index(drop=True)
-    tok = AutoTokenizer.from_pretrained(tok_dir)
-    if subset_only:
-        test = test.groupby("subject", sort=False).head(lm_eval_per_subject).reset_index(drop=True)
-    prefix, items = build_prompts(dev, test)
-    t0 = time.perf_counter()
-    p_ids, toks, letter_ids = tokenize(tok, prefix, items)
-    tok_s = time.perf_counter() - t0
-    max_len = max(len(p_ids[t[0]]) + len(t[1]) if t[1] is not None else len(t[2]) for t in toks)
-    model = hf_model(CONFIGS[model_name], dtype=getattr(torch, dtype))
-    eng = Engine.from_hf(model, max_batch=max_batch, max_seq=max_len + 8, use_graphs=False)
-    # warm-up on one subject (kernel compilation), then the timed run over every question
-    first = [t for t in toks if t[0] == toks[0][0]]
-    engine_mmlu(eng, p_ids, first, letter_ids)
+        test, dev = test[test.subject.isin(keep)], dev[dev.subject.isin(keep)]
+    return test.reset_index(drop=True), dev
+
+
+def _margin(ll: np.ndarray) -> np.ndarray:
+    top2 = np.sort(ll, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
+def compute_floor(model, test, dev, tok, n_shot: int, formulation: str) -> dict:
+    """FLOPs of the tokens the scorer computes (each shared prefix once, every question's own tokens,
+    continuation tokens after the first) ``2 * block matmul params * tokens + 2 * lm_head params *
+    (questions + continuation tokens)``, attention left out (a lower bound), and that over the measured
+    bf16 matmul rate (``benchmarks.common.measure_floors``): ``floor_s``."""
+    from benchmarks.common import measure_floors
+    from workbench.eval.mmlu_tokens import tokenize_mmlu
+
+    p = build_prompts(test, dev, n_shot, formulation)
+    req = tokenize_mmlu(tok, p["prefix"], p["subject"], p["text"], p["choices"])
+    step2 = sum(len(k) - 1 for ks in req.cont_ids for k in ks)
+    tokens = sum(len(x) for x in req.prefix_ids) + sum(len(c) for c in req.ctx_ids) + step2
+    block = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, torch.nn.Linear))
+    flops = 2 * block * tokens + 2 * model.lm_head.weight.numel() * (len(req) + step2)
+    rate = measure_floors()["matmul_flops"]
+    return {"tokens_computed": tokens, "flops": flops, "matmul_flops_per_s": rate, "floor_s": flops / rate}
+
+
+def lm_eval_compare(model, tok, test, dev, rows: list[int], n_shot: int, formulation: str, preds, max_len: int) -> dict:
+    """lm-eval's loglikelihoods on ``test.iloc[rows]``; predictions and top-2 margins vs ``preds``."""
+    from workbench.eval.lm_eval_ref import lm_eval_loglikelihood
+
+    sub = test.iloc[rows]
+    p = build_prompts(sub, dev, n_shot, formulation)
+    pairs = [(p["prefix"][s] + t, " " + c) for s, t, cs in zip(p["subject"], p["text"], p["choices"]) for c in cs]
     sync()
     t0 = time.perf_counter()
-    preds = engine_mmlu(eng, p_ids, toks, letter_ids)
-    eng_s = time.perf_counter() - t0
-    out = {"dtype": dtype, "n_questions": len(items), "n_unshared": sum(t[1] is None for t in toks), "max_len": max_len,
-           "tokenize_s": tok_s, "engine_s": eng_s, "max_batch": max_batch,
-           "engine_acc_vs_labels": float((preds == torch.tensor(test["answer"].values)).float().mean())}
+    ll = lm_eval_loglikelihood(model, tok, pairs, max_length=max(max_len + 8, 2048)).reshape(len(rows), -1)
+    sync()
+    secs = time.perf_counter() - t0
+    lm_pred, margin = ll.argmax(1), _margin(ll)
+    agree = lm_pred == np.asarray(preds)[rows]
+    bad = margin[~agree]
+    return {"lm_eval_n": len(rows), "lm_eval_s": secs, "identical_predictions": int(agree.sum()),
+            "mismatched_rows": [int(rows[i]) for i in np.flatnonzero(~agree)][:50],
+            "lm_eval_margin_median": float(np.median(margin)),
+            "lm_eval_margin_mismatched_max": float(bad.max()) if len(bad) else 0.0,
+            "lm_eval_margin_mismatched": [round(float(m), 5) for m in bad][:50],
+            "frac_margin_below_mismatched_max": float((margin <= bad.max()).mean()) if len(bad) else 0.0,
+            "_rows": {"lm_eval_rows": [int(i) for i in rows], "lm_eval_preds": lm_pred.tolist(),
+                      "lm_eval_margin": [round(float(m), 5) for m in margin]}}
+
+
+def run(a, rec: Recorder) -> dict:
+    """Time ``run_mmlu`` on every question (or the lm-eval subset with ``--subset-only``), then
+    lm-eval on ``--lm-eval-per-subject`` questions per subject of this shard."""
+    test, dev = _data(a.mmlu, a.subjects)
+    if a.subset_only:
+        test = test.groupby("subject", sort=False).head(a.lm_eval_per_subject).reset_index(drop=True)
+    model, tok = load_target(a.model, a.tokenizer, a.dtype)
+    kw = {"n_shot": a.n_shot, "batch_size": a.max_batch, "formulation": a.formulation, "max_tokens": a.max_tokens,
+          "backend": a.backend, "progress": False}
+    run_mmlu(model, tok, test[test.subject == test.subject.iloc[0]], dev, **kw)  # warm-up: kernel compilation
+    sync()
+    t0 = time.perf_counter()
+    df = run_mmlu(model, tok, test, dev, **kw)
+    sync()
+    total = time.perf_counter() - t0
+    preds = df["pred"].to_numpy()
+    max_len = int(df["n_tokens"].max())
+    out = {"model": a.model, "dtype": a.dtype, "formulation": a.formulation, "n_shot": a.n_shot,
+           "n_questions": len(df), "backend": df["backend"].iloc[0], "max_len": max_len,
+           "tokens_in_contexts": int(df["n_tokens"].sum()), "tokenize_s": float(df["tokenize_s"].iloc[0]),
+           "total_s": total, "score_s": total - float(df["tokenize_s"].iloc[0]), "max_batch": a.max_batch,
+           "max_tokens": a.max_tokens, "acc_vs_labels": float(df["correct"].mean()),
+           "acc_norm_vs_labels": float(df["correct_norm"].mean()), "chance": 0.25}
+    out.update(compute_floor(model, test, dev, tok, a.n_shot, a.formulation))
+    out["total_over_floor"] = total / out["floor_s"]
     rec.put("mmlu_engine", out)
-    del eng
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    # lm-eval on a per-subject subset (the full set would take minutes on the HF backend)
-    in_shard = test
-    if shard is not None:
-        keep = sorted(test["subject"].unique())[shard[0]::shard[1]]
-        in_shard = test[test.subject.isin(keep)]
-    sub = (in_shard if lm_eval_per_subject <= 0
-           else in_shard.groupby("subject", sort=False).head(lm_eval_per_subject)).index.tolist()
-    lm_ll, lm_s = lm_eval_mmlu(model, tok, prefix, [items[i] for i in sub], max_length=max(max_len + 8, 2048))
-    lm_preds = lm_ll.argmax(-1)
-    eng_sub = preds[sub]
-    agree = (lm_preds == eng_sub)
-    # lm-eval's margin between its best and second-best letter (nats): a flip where the margin is
-    # within bf16 rounding of the two paths is a near-tie, not a scoring difference
-    top2 = lm_ll.topk(2, dim=-1).values
-    margin = (top2[:, 0] - top2[:, 1]).float()
-    out.update({"lm_eval_margin_median": float(margin.median()),
-                "lm_eval_margin_mismatched_max": float(margin[~agree].max()) if (~agree).any() else 0.0,
-                "lm_eval_margin_mismatched": [round(float(m), 5) for m in margin[~agree].tolist()][:50],
-                "frac_margin_below_mismatched_max": float((margin <= margin[~agree].max()).float().mean())
-                if (~agree).any() else 0.0})
-    out.update({"lm_eval_n": len(sub), "lm_eval_s": lm_s, "lm_eval_s_per_q": lm_s / len(sub),
-                "lm_eval_s_extrapolated_14042": lm_s / len(sub) * len(items),
-                "engine_s_per_q": eng_s / len(items),
-                "speedup_per_question": (lm_s / len(sub)) / (eng_s / len(items)),
-                "identical_predictions": int(agree.sum()),
-                "mismatched_rows": [int(sub[i]) for i in (~agree).nonzero().view(-1).tolist()][:50],
-                "shard": list(shard) if shard else None})
-    # per-question record, for merging shards: engine predictions on every question; lm-eval's
-    # rows, predictions and top-2 margins on its subset
-    rec.put("mmlu_rows", {"engine_preds": preds.tolist(), "lm_eval_rows": [int(i) for i in sub],
-                          "lm_eval_preds": lm_preds.tolist(),
-                          "lm_eval_margin": [round(float(m), 5) for m in margin.tolist()]})
+    if a.lm_eval_per_subject >= 0:
+        in_shard = test
+        if a.shard is not None:
+            keep = sorted(test["subject"].unique())[a.shard[0]::a.shard[1]]
+            in_shard = test[test.subject.isin(keep)]
+        sub = (in_shard if a.lm_eval_per_subject == 0
+               else in_shard.groupby("subject", sort=False).head(a.lm_eval_per_subject)).index.tolist()
+        cmp = lm_eval_compare(model, tok, test, dev, sub, a.n_shot, a.formulation, preds, max_len)
+        rows = cmp.pop("_rows")
+        out.update(cmp, lm_eval_s_per_q=cmp["lm_eval_s"] / len(sub), engine_s_per_q=total / len(df),
+                   speedup_per_question=(cmp["lm_eval_s"] / len(sub)) / (total / len(df)),
+                   shard=list(a.shard) if a.shard else None, engine_s=total)
+        rec.put("mmlu_rows", {"engine_preds": preds.tolist(), **rows})
     rec.put("mmlu", out)
     return out
+
+
+def check_cpu_gpu(a, rec: Recorder) -> int:
+    """Built-in model, float32: ``run_mmlu`` on ``--gpu-device`` (engine) vs on the CPU (HF), per
+    formulation. Returns the number of prediction flips that are not near-ties (the exit status)."""
+    test, dev = _data(a.mmlu, a.subjects)
+    q = test if a.per_subject <= 0 else sample_mmlu(test, a.per_subject, seed=0)
+    gpu_model, tok = load_target(BUILTIN, None, "float32", a.gpu_device)
+    cpu_model, _ = load_target(BUILTIN, None, "float32", "cpu")
+    bad = 0
+    for form in ("mmlu", "mmlu_continuation"):
+        g = run_mmlu(gpu_model, tok, q, dev, a.n_shot, formulation=form, backend="engine", progress=False)
+        c = run_mmlu(cpu_model, tok, q, dev, a.n_shot, formulation=form, backend="hf", progress=False)
+        ll = c[LP].to_numpy()
+        chars = np.array([[len(x) for x in cs] for cs in build_prompts(q, dev, 0, form)["choices"]], dtype=float)
+        res = {"formulation": form, "n_questions": len(q), "n_shot": a.n_shot, "gpu_s": float(g["wall_s"].iloc[0]),
+               "cpu_s": float(c["wall_s"].iloc[0]), "max_abs_logprob_diff": float(np.abs(g[LP].to_numpy() - ll).max())}
+        for col, scores in (("pred", ll), ("pred_norm", ll / chars)):
+            flips = np.flatnonzero(g[col].to_numpy() != c[col].to_numpy())
+            margins = _margin(scores)[flips]
+            res[f"{col}_identical"] = int(len(q) - len(flips))
+            res[f"{col}_flip_margins"] = [round(float(m), 6) for m in margins][:50]
+            bad += int((margins > NEAR_TIE).sum())
+        rec.put(f"check_{form}", res)
+    print(f"check-cpu-gpu: {'PASS' if bad == 0 else 'FAIL'} ({bad} prediction flips beyond near-ties of {NEAR_TIE} nats)")
+    return bad
 
 
 def merge(paths: list[str]) -> dict:
@@ -225,9 +183,6 @@ def merge(paths: list[str]) -> dict:
 
     Raises ``ValueError`` when the shards' engine predictions differ (not the same weights) or when
     they overlap."""
-    import json
-    import statistics
-
     ds = [json.loads(Path(q).read_text()) for q in paths]
     base = ds[0]["mmlu_rows"]["engine_preds"]
     rows, lm, margin = [], [], []
@@ -243,63 +198,69 @@ def merge(paths: list[str]) -> dict:
     shards = [tuple(d["mmlu"].get("shard") or (0, 1)) for d in ds]
     if len({n for _, n in shards}) != 1 or sorted(k for k, _ in shards) != list(range(shards[0][1])):
         raise ValueError(f"shards {shards}: want K = 0..N-1 of one N, each once")
-    eng = torch.tensor(base)[rows]
-    lm_t, m_t = torch.tensor(lm), torch.tensor(margin)
+    eng, lm_t, m_t = np.asarray(base)[rows], np.asarray(lm), np.asarray(margin)
     agree = eng == lm_t
     lm_s = sum(d["mmlu"]["lm_eval_s"] for d in ds)
     eng_s = [d["mmlu"]["engine_s"] for d in ds]
     n_q = ds[0]["mmlu"]["n_questions"]
-    out = {"shards": len(ds), "n_questions": n_q, "lm_eval_n": len(rows), "lm_eval_s": lm_s,
-           "engine_s_runs": eng_s, "engine_s_median": statistics.median(eng_s),
-           "speedup": (lm_s / len(rows)) / (statistics.median(eng_s) / n_q),
-           "identical_predictions": int(agree.sum()),
-           "mismatched": int((~agree).sum()),
-           "lm_eval_margin_median": float(m_t.median()),
-           "lm_eval_margin_mismatched_max": float(m_t[~agree].max()) if (~agree).any() else 0.0,
-           "mismatched_margin_counts": {str(float(k)): int(v) for k, v in
-                                        zip(*torch.unique(m_t[~agree], return_counts=True))} if (~agree).any() else {},
-           "frac_margin_below_mismatched_max": float((m_t <= m_t[~agree].max()).float().mean())
-           if (~agree).any() else 0.0}
-    return out
+    bad = m_t[~agree]
+    vals, counts = np.unique(bad, return_counts=True)
+    return {"shards": len(ds), "n_questions": n_q, "lm_eval_n": len(rows), "lm_eval_s": lm_s,
+            "engine_s_runs": eng_s, "engine_s_median": statistics.median(eng_s),
+            "speedup": (lm_s / len(rows)) / (statistics.median(eng_s) / n_q),
+            "identical_predictions": int(agree.sum()), "mismatched": int((~agree).sum()),
+            "lm_eval_margin_median": float(np.median(m_t)),
+            "lm_eval_margin_mismatched_max": float(bad.max()) if len(bad) else 0.0,
+            "mismatched_margin_counts": {str(float(k)): int(v) for k, v in zip(vals, counts)},
+            "frac_margin_below_mismatched_max": float((m_t <= bad.max()).mean()) if len(bad) else 0.0}
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--mmlu", default=".stage/mmlu")
-    p.add_argument("--tokenizer", default=".stage/tok")
-    p.add_argument("--model", default="qwen2-7b")
-    p.add_argument("--max-batch", type=int, default=96)
-    p.add_argument("--lm-eval-per-subject", type=int, default=10, help="0 = every question")
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mmlu", default=".stage/mmlu", help="MMLU folder (test/ and dev/ CSVs)")
+    p.add_argument("--tokenizer", default=".stage/tok", help="tokenizer folder for the random-init models")
+    p.add_argument("--model", default="qwen2-7b", help=f"{BUILTIN} or one of {sorted(CONFIGS)} (random init)")
+    p.add_argument("--formulation", default="mmlu", choices=["mmlu", "mmlu_continuation"])
+    p.add_argument("--n-shot", type=int, default=5)
+    p.add_argument("--backend", default="auto", choices=["auto", "hf", "engine"], help="auto: the engine on CUDA")
+    p.add_argument("--max-batch", type=int, default=None, help="questions per engine step (default 128)")
+    p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per engine step (default 16384)")
+    p.add_argument("--lm-eval-per-subject", type=int, default=10, help="0 = every question, -1 = no lm-eval")
     p.add_argument("--shard", default=None, help="K/N: lm-eval on subjects sorted(subjects)[K::N] only")
     p.add_argument("--subjects", type=int, default=None, help="first N subjects only (smoke runs)")
     p.add_argument("--tiny", action="store_true", help="tiny model config (CPU smoke run)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    p.add_argument("--subset-only", action="store_true", help="engine only on the lm-eval subset")
-    a = p.parse_args()
+    p.add_argument("--subset-only", action="store_true", help="time only the lm-eval subset")
+    p.add_argument("--check-cpu-gpu", action="store_true", help="built-in model, float32: CUDA engine vs CPU HF")
+    p.add_argument("--per-subject", type=int, default=3, help="--check-cpu-gpu questions per subject (0 = all)")
+    p.add_argument("--gpu-device", default="cuda", help="--check-cpu-gpu: the engine's device (cpu: a smoke run)")
+    a = p.parse_args(argv)
+    a.shard = None if not a.shard else tuple(int(v) for v in a.shard.split("/"))
+    if a.shard and not 0 <= a.shard[0] < a.shard[1]:
+        p.error(f"--shard {a.shard}: want K/N with 0 <= K < N, e.g. 0/2")
+    return a
+
+
+def main(argv=None) -> int:
+    a = _args(argv)
     if a.tiny:
         import benchmarks.common as C
 
         C.CONFIGS[a.model] = {**C.CONFIGS[a.model], "hidden_size": 128, "intermediate_size": 256,
                               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
-    shard = None
-    if a.shard:
-        k, n = (int(v) for v in a.shard.split("/"))
-        if not 0 <= k < n:
-            p.error(f"--shard {a.shard}: want K/N with 0 <= K < N, e.g. 0/2")
-        shard = (k, n)
-    tag = f"_shard{shard[0]}of{shard[1]}" if shard else ""
-    rec = Recorder(name=f"mmlu_{a.dtype}{'_subset' if a.subset_only else ''}{tag}.json")
+    if a.check_cpu_gpu:
+        rec = Recorder(name="mmlu_check_cpu_gpu.json")
+        rec.put("env", environment())
+        return 1 if check_cpu_gpu(a, rec) else 0
+    tag = f"_shard{a.shard[0]}of{a.shard[1]}" if a.shard else ""
+    rec = Recorder(name=f"mmlu_{a.model}_{a.formulation}_{a.dtype}{'_subset' if a.subset_only else ''}{tag}.json")
     rec.put("env", environment())
-    run(a.mmlu, a.tokenizer, a.model, a.max_batch, a.lm_eval_per_subject, rec, a.subjects, a.dtype,
-        a.subset_only, shard)
+    run(a, rec)
+    return 0
 
 
 if __name__ == "__main__":
-    import sys
-
     if len(sys.argv) > 1 and sys.argv[1] == "merge":  # python -m benchmarks.bench_mmlu merge a.json b.json
-        import json
-
         print(json.dumps(merge(sys.argv[2:]), indent=1))
     else:
-        main()
+        sys.exit(main())

@@ -1,4 +1,12 @@
-"""Test settings: offline hub, one torch thread, the shared evaluation data, the default model once."""
+"""Test settings: offline hub, one torch thread, the shared evaluation data, the default model once.
+
+Markers set here, so no test file has to remember them:
+
+* every test that uses the ``default_model`` fixture (it loads the built-in model, seconds) is
+  ``slow``, so ``make test-fast`` (``-m "not slow and not reference"``) never loads it;
+* every notebook item (``--nbmake``) is retried twice on failure (pytest-rerunfailures' ``flaky``
+  marker): a headless kernel may stall now and then; a unit test that fails once has failed.
+"""
 
 import os
 
@@ -18,6 +26,21 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 torch.set_num_threads(1)
+
+MODEL_FIXTURES = {"default_model"}  # fixtures that load the built-in model
+NOTEBOOK_RERUNS = 2
+
+
+def _is_notebook(item) -> bool:
+    return str(getattr(item, "path", "")).endswith(".ipynb")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+        if _is_notebook(item) and item.get_closest_marker("flaky") is None:
+            item.add_marker(pytest.mark.flaky(reruns=NOTEBOOK_RERUNS))
 
 
 @pytest.fixture(scope="session")

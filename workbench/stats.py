@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from scipy import stats
 
-__all__ = ["binomial_ci", "mean_ci"]
+__all__ = ["binomial_ci"]
 
 
 def binomial_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -28,19 +27,3 @@ def binomial_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (float(max(0.0, centre - half)), float(min(1.0, centre + half)))
-
-
-def mean_ci(x, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean with a Student-t confidence interval: ``mean +- t_{n-1} * s / sqrt(n)``.
-
-    Returns ``(mean, lo, hi)``; the interval is ``(mean, mean)`` for one sample and all-NaN for none.
-    """
-    a = np.asarray(x, dtype=float)
-    a = a[~np.isnan(a)]
-    if a.size == 0:
-        return (math.nan, math.nan, math.nan)
-    m = float(a.mean())
-    if a.size == 1:
-        return (m, m, m)
-    half = float(stats.t.ppf(0.5 + level / 2, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
-    return (m, m - half, m + half)

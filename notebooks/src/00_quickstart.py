@@ -7,30 +7,41 @@
 # ---
 
 # %% [markdown]
-# # 00 · Quickstart: the default model, a generated answer, and MMLU 0-shot vs 5-shot
+# # 00 · Quickstart: the default model, a generated answer, and MMLU in lm-eval's two formulations
 #
 # This notebook loads the workbench's built-in model (SmolLM2-135M-Instruct, offline from a GGUF copy
 # when the hub is out of reach), asks it a question, and scores it on a stratified sample of MMLU
-# test questions (Hendrycks et al. 2021) with the standard prompt: *"The following are multiple
-# choice questions (with answers) about {subject}."*, dev-split exemplars, and the answer letter
-# chosen by log-likelihood, exactly as lm-eval's `mmlu` task does (the tests check it question by
-# question). Every point is saved under `data/results/` with its provenance; re-running skips the
-# points already there for the same weights and questions (other weights or questions are scored anew).
+# test questions (Hendrycks et al. 2021) exactly as lm-eval does (the tests check it question by
+# question against lm-eval itself), in two formulations:
+#
+# * **`mmlu`** (lm-eval's default): the question with lettered choices, *"Answer:"*, and the answer
+#   letter chosen by log-likelihood. A 135M model cannot do this format: it scores at chance.
+# * **`mmlu_continuation`** (cloze): *"Question: ...\nAnswer:"* and each choice's own text scored as
+#   the continuation; `acc` takes the highest log-likelihood, `acc_norm` the highest per character.
+#   A small model can score above chance here, so a quantization drop can show.
+#
+# Every figure comes with chance level (0.25) and says where its 95% interval includes chance: such a
+# score is no evidence of anything above guessing, and two of them cannot show a drop. Every point is
+# saved under `data/results/` with its provenance; re-running skips the points already there for the
+# same weights and questions (other weights or questions are scored anew).
 
 # %% tags=["parameters"]
 import os
 
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # built-in name, HF id, local folder or .gguf
-N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10))  # 10 x 57 subjects = 570 questions
-FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: shots 0 to 5
-SHOTS = [int(s) for s in os.getenv("WB_SHOTS", "0,1,2,3,4,5" if FULL else "0,5").split(",")]
+FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: 10 per subject, shots 0-5
+N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10 if FULL else 4))  # 4 x 57 subjects = 228 questions
+# runs as formulation:shots; the demo: letters 0-shot, cloze 5-shot (~2.5 min on 2 CPU cores)
+RUNS = os.getenv("WB_MMLU_RUNS", ",".join(f"{f}:{k}" for f in ("mmlu", "mmlu_continuation") for k in range(6))
+                 if FULL else "mmlu:0,mmlu_continuation:5")
+RUNS = [(r.split(":")[0], int(r.split(":")[1])) for r in RUNS.split(",")]
 SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated subset, or None for all 57
 BATCH_SIZE = int(os.getenv("WB_BATCH_SIZE", 8))
 SEED = 0
 DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
 DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
 if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: a few questions, a few subjects
-    N_PER_SUBJECT, SHOTS, SUBJECTS = 2, [0, 5], SUBJECTS or "anatomy,astronomy,virology,marketing"
+    N_PER_SUBJECT, SUBJECTS = 2, SUBJECTS or "anatomy,astronomy,virology,marketing"
 
 # %%
 import pandas as pd
@@ -41,7 +52,7 @@ from workbench import results
 from workbench.data import load_mmlu, sample_mmlu
 from workbench.device import describe, resolve
 from workbench.eval.mmlu import run_mmlu, summarize_mmlu
-from workbench.eval.plots import plot_mmlu_by_shots, plot_mmlu_subjects
+from workbench.eval.plots import plot_mmlu_by_shots, plot_mmlu_formulations, plot_mmlu_subjects
 from workbench.models import load_model, provenance_of
 
 wbn.setup()
@@ -66,41 +77,56 @@ out = model.generate(**ids, max_new_tokens=48, do_sample=False)
 print(tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
 
 # %% [markdown]
-# ## Score MMLU at several shot counts
-# A stratified sample: `N_PER_SUBJECT` questions from every subject, the same questions for each
-# shot count. Each subject's few-shot prefix is encoded once and its KV cache reused.
+# ## Score MMLU in both formulations
+# A stratified sample: `N_PER_SUBJECT` questions from every subject, the same questions for every
+# run. Each subject's shared token prefix is computed once and its KV cache reused (on a GPU the
+# engine's batch prefill scores them; here the Hugging Face forward). `wall_s` is each run's time,
+# tokenization included. The demo scores the letters 0-shot and the cloze 5-shot; `WB_FULL=1` (or
+# `WB_MMLU_RUNS`) scores both at every shot count.
 
 # %%
 test = load_mmlu(split="test", subjects=SUBJECTS.split(",") if SUBJECTS else None)
 dev = load_mmlu(split="dev")
 questions = sample_mmlu(test, N_PER_SUBJECT, seed=SEED)
 name = f"quickstart_mmlu_{MODEL.replace('/', '_')}_{len(questions)}q"
-configs = [{"model": MODEL, "n_shot": k, "n_per_subject": N_PER_SUBJECT, "subjects": SUBJECTS, "seed": SEED}
-           for k in SHOTS]
+configs = [{"model": MODEL, "formulation": f, "n_shot": k, "n_per_subject": N_PER_SUBJECT, "subjects": SUBJECTS,
+            "seed": SEED} for f, k in RUNS]
 data = {"mmlu_test": results.data_digest(questions), "mmlu_dev": results.data_digest(dev)}  # part of each key
-prov = results.collect_provenance(model, seed=SEED, config={"shots": SHOTS, "n_questions": len(questions)},
+prov = results.collect_provenance(model, seed=SEED, config={"runs": RUNS, "n_questions": len(questions)},
                                   data=data)
-per_q = results.sweep(name, configs, lambda c: run_mmlu(model, tok, questions, dev, c["n_shot"], BATCH_SIZE),
-                      provenance=prov)
-summary = summarize_mmlu(per_q[per_q["n_shot"].isin(SHOTS)])
-summary[summary["subject"].isin(["micro", "macro"])].round(4)
-
-# %%
-plot_mmlu_by_shots(summary)
-
-# %%
-plot_mmlu_subjects(summary, n_shot=max(SHOTS))
+per_q = results.sweep(name, configs, lambda c: run_mmlu(model, tok, questions, dev, c["n_shot"], BATCH_SIZE,
+                                                         formulation=c["formulation"]), provenance=prov)
+per_q = per_q[[r in RUNS for r in zip(per_q["formulation"], per_q["n_shot"])]]
+per_q.groupby(["formulation", "n_shot"])[["wall_s", "tokenize_s"]].first().round(1)
 
 # %% [markdown]
-# ## Per-subject accuracy: pick the number of shots
-# The slider filters the precomputed results; nothing is recomputed.
+# ## Accuracy, chance level, and whether the interval includes chance
+# `acc` for both formulations, `acc_norm` too for the cloze one (for letters it equals `acc`). The
+# `ci_includes_chance` column flags an accuracy that is not distinguishable from guessing.
+
+# %%
+summary = summarize_mmlu(per_q, metric=["acc", "acc_norm"])
+summary = summary[(summary["metric"] == "acc") | (summary["formulation"] == "mmlu_continuation")]
+table = summary[summary["subject"].isin(["micro", "macro"])]
+table[["formulation", "n_shot", "metric", "subject", "n", "acc", "ci_lo", "ci_hi", "chance", "ci_includes_chance"]].round(3)
+
+# %%
+plot_mmlu_formulations(summary)
+
+# %%
+many = summary.groupby("formulation")["n_shot"].nunique().max() > 1
+plot_mmlu_by_shots(summary) if many else "one shot count per formulation: WB_FULL=1 scores shots 0-5"
+
+# %% [markdown]
+# ## Per-subject accuracy: pick a run
+# Grey bars: the subject's interval includes chance. The menu filters the precomputed results;
+# nothing is recomputed.
 
 # %%
 import ipywidgets as widgets
 from IPython.display import display
 
-shots = widgets.SelectionSlider(options=sorted(SHOTS), value=max(SHOTS), description="shots",
-                                continuous_update=False)
-out_fig = wbn.interactive_output(lambda n_shot: plot_mmlu_subjects(summary, n_shot=n_shot).show(),
-                                 {"n_shot": shots})  # ipywidgets' own stalls headless runs now and then
-display(shots, out_fig)
+run = widgets.Dropdown(options=[(f"{f} {k}-shot", (f, k)) for f, k in RUNS], value=RUNS[-1], description="run")
+out_fig = wbn.interactive_output(lambda run: plot_mmlu_subjects(summary, n_shot=run[1], formulation=run[0]).show(),
+                                 {"run": run})  # workbench's interactive_output: ipywidgets' own stalls headless runs
+display(run, out_fig)

@@ -23,8 +23,7 @@ from workbench.bridges.vllm_metrics import (
     read_spec_metrics,
     spec_metrics_delta,
 )
-from workbench.pd.metrics import summarize
-from workbench.pd.metrics import SLO
+from workbench.pd.metrics import SLO, summarize
 from workbench.spec.metrics import SpecDecodingStats
 
 DATA = Path(__file__).parent / "data"

@@ -29,7 +29,8 @@ __all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "t
 
 @dataclass(frozen=True)
 class FidelityConfig:
-    """Sizes of a fidelity measurement; validated on construction."""
+    """Sizes of a fidelity measurement, validated on construction; :func:`run_fidelity` builds one
+    from its arguments (or from the ``windows`` it is given) and reads every size from it."""
 
     n_tokens: int = 4096  # held-out tokens (rounded down to whole windows)
     seq_len: int = 256  # window length; each window is scored independently
@@ -126,21 +127,23 @@ def run_fidelity(fp_model, q_model, tok, text: str, n_tokens: int = 4096, seq_le
     """
     import time
 
-    FidelityConfig(n_tokens, seq_len, batch_size)
     require_trained(fp_model, "fidelity (KL, top-1 agreement, perplexity)")
     t0 = time.perf_counter()
     if windows is None:
-        windows = eval_windows(tok, text, n_tokens, seq_len)
+        cfg = FidelityConfig(n_tokens, seq_len, batch_size)
+        windows = eval_windows(tok, text, cfg.n_tokens, cfg.seq_len)
+    else:  # the windows given are what is measured
+        cfg = FidelityConfig(int(windows.numel()), int(windows.shape[1]), batch_size)
     dev_p = next(fp_model.parameters()).device
     dev_q = next(q_model.parameters()).device
     stats = FidelityStats()
-    starts = range(0, windows.shape[0], batch_size)
+    starts = range(0, windows.shape[0], cfg.batch_size)
     if progress:
         from tqdm.auto import tqdm
 
         starts = tqdm(starts, desc="fidelity")
     for i in starts:
-        ids = windows[i:i + batch_size]
+        ids = windows[i:i + cfg.batch_size]
         key = (i, tuple(ids.shape), int(ids.sum()))
         if fp_cache is not None and key in fp_cache:
             lp = fp_cache[key]
@@ -153,7 +156,7 @@ def run_fidelity(fp_model, q_model, tok, text: str, n_tokens: int = 4096, seq_le
         nll = token_metrics(lp[:, :-1], lq[:, :-1], ids[:, 1:])
         stats.observe({k: m[k] for k in ("kl", "top1", "cosine")})
         stats.observe({"nll_p": nll["nll_p"], "nll_q": nll["nll_q"]})
-    row = {"n_tokens": int(windows.numel()), "seq_len": int(windows.shape[1]), **stats.summary(),
+    row = {"n_tokens": cfg.n_tokens, "seq_len": cfg.seq_len, **stats.summary(),
            "wall_s": time.perf_counter() - t0}
     return pd.DataFrame([row])
 
