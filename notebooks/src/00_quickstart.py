@@ -92,10 +92,7 @@ plot_mmlu_subjects(summary, n_shot=max(SHOTS))
 
 # %%
 import ipywidgets as widgets
-from IPython.display import display
 
 shots = widgets.SelectionSlider(options=sorted(SHOTS), value=max(SHOTS), description="shots",
                                 continuous_update=False)
-out_fig = wbn.interactive_output(lambda n_shot: plot_mmlu_subjects(summary, n_shot=n_shot).show(),
-                                 {"n_shot": shots})  # ipywidgets' own stalls headless runs now and then
-display(shots, out_fig)
+wbn.panel(lambda n_shot: plot_mmlu_subjects(summary, n_shot=n_shot).show(), {"n_shot": shots}, vary="n_shot")
