@@ -10,6 +10,7 @@ keep PNG screenshots of each notebook.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -54,20 +55,30 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """A JupyterLab server on 127.0.0.1 over ``notebooks/``, kernels at smoke size; yields its base URL."""
+    """A JupyterLab server on 127.0.0.1 over a copy of ``notebooks/*.ipynb`` (autosave off, so nothing is
+    written back), kernels at smoke size; yields its base URL."""
     pytest.importorskip("playwright.sync_api", reason="pip install playwright (pinned in requirements/cpu.txt)")
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set WB_CHROMIUM)")
     tmp = tmp_path_factory.mktemp("lab")
+    (tmp / "notebooks").mkdir()
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        shutil.copy(nb, tmp / "notebooks")
+    settings = {"@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+                "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
+    for rel, value in settings.items():
+        (tmp / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / "settings" / rel).write_text(json.dumps(value))
     port = _free_port()
     env = {**os.environ, "WB_SMOKE": "1", "WORKBENCH_RESULTS": str(tmp / "results"), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "JUPYTER_CONFIG_DIR": str(tmp / "config"),
            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws"),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("WORKBENCH_PLOTLY_RENDERER", None)  # the live renderer the notebooks choose themselves
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={ROOT / 'notebooks'}",
-           "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
+           "--allow-root", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={tmp / 'notebooks'}",
+           "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.extension_manager=readonly",
            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     log = open(tmp / "lab.log", "w")  # noqa: SIM115 - closed below, after the server stops
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -160,7 +171,6 @@ def test_notebook_runs_in_a_real_browser(lab, browser, notebook, slider):
     try:
         s = _run_all(page, lab, notebook)
         assert not s["errors"], f"{notebook}: error outputs {s['errors']}"
-        assert not s["stderr"], f"{notebook}: stderr shown to the user: {s['stderr']}"
         assert s["figures"] >= 2 and s["drawn"] == s["figures"], f"{notebook}: figures not drawn live: {s}"
         before = _panel_figure(page, slider)
         _move_slider(page, slider)
@@ -171,5 +181,62 @@ def test_notebook_runs_in_a_real_browser(lab, browser, notebook, slider):
                                "return g && g._fullLayout && JSON.stringify([g.layout.title, g.data.map("
                                "t => [t.name, t.x, t.y])]) !== before; }", arg=[slider, before], timeout=30_000)
         _shot(page, notebook.removesuffix(".ipynb"))
+        assert not s["stderr"], f"{notebook}: stderr shown to the user: {s['stderr']}"
     finally:
         page.close()
+
+
+_REPORT_CELLS = [
+    ("import ipywidgets as widgets\nimport plotly.graph_objects as go\nfrom tqdm.auto import tqdm\n"
+    "import workbench.notebook as wbn\nwbn.setup()"),
+    "for _ in tqdm(range(3), desc='points'):\n    pass",
+    "go.Figure(go.Scatter(x=[0, 1], y=[1, 2]))",
+    ("y = widgets.SelectionSlider(options=[1, 2, 3], value=2, description='height')\n"
+    "wbn.panel(lambda h: go.Figure(go.Bar(y=[h])).show(), {'h': y}, vary='h')"),
+]
+
+
+def test_exported_report_works_offline_from_disk(browser, tmp_path):
+    """An executed notebook with a figure, a progress bar and a slider panel, exported by
+    workbench.report and opened from disk with the network off: every figure is drawn (the panel as
+    three small multiples), the progress bar shows its final state, and the page asks for nothing
+    outside the file."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from workbench.report import export_html
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in _REPORT_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    env_renderer = os.environ.pop("WORKBENCH_PLOTLY_RENDERER", None)
+    try:
+        NotebookClient(nb, timeout=120).execute()
+    finally:
+        if env_renderer is not None:
+            os.environ["WORKBENCH_PLOTLY_RENDERER"] = env_renderer
+    nbformat.write(nb, tmp_path / "r.ipynb")
+    html_path = export_html(tmp_path / "r.ipynb")
+    assert (tmp_path / "r.ipynb").stat().st_size < 200_000  # no plotly.js copy in the notebook
+
+    browser.set_offline(True)
+    page = browser.new_page()
+    outside, console = [], []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    try:
+        page.goto(html_path.as_uri())
+        page.wait_for_timeout(1500)
+        state = page.evaluate("""() => ({
+            drawn: [...document.querySelectorAll('.js-plotly-plot')].filter(
+                g => g._fullLayout && g.getBoundingClientRect().height > 200).length,
+            multiples: [...document.querySelectorAll('.wb-multiple')].map(m => m.querySelector('.wb-caption').textContent),
+            progress: [...document.querySelectorAll('progress')].map(p => [p.value, p.max])})""")
+        _shot(page, "report_offline")
+    finally:
+        page.close()
+        browser.set_offline(False)
+    assert not outside, f"the report asked the network for {outside}"
+    assert not console, f"console errors: {console}"
+    assert state["multiples"] == ["height = 1", "height = 2", "height = 3"]
+    assert state["drawn"] == 4  # the figure and the panel's three small multiples
+    assert state["progress"] == [[3, 3]]

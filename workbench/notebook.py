@@ -177,9 +177,9 @@ def outputs_html(outputs: Sequence[dict], *, height: int | None = None) -> str:
             data = o.get("data", {})
             if "application/vnd.plotly.v1+json" in data:
                 fig = go.Figure(data["application/vnd.plotly.v1+json"], skip_invalid=True)
-                if height is not None:
-                    fig.update_layout(height=min(fig.layout.height or 450, height))
-                parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False, default_width="100%",
+                h = min(fig.layout.height or 450, height or 10**6)  # plotly's own default height is 450 px
+                parts.append(pio.to_html(fig.update_layout(height=h), include_plotlyjs=False, full_html=False,
+                                         default_width="100%", default_height=f"{h}px",
                                          config={"responsive": True}))
             elif "text/html" in data:
                 parts.append("".join(data["text/html"]))
