@@ -3,8 +3,12 @@
 Run alone: ``python benchmarks/bench_decode.py --model qwen2-7b`` (H200); ``run_all.py`` calls the
 functions below for every model.
 
-Floors (METHOD.md): decode ms/token >= (weight bytes + KV bytes read) / measured copy bandwidth;
-prefill ms >= max(matmul FLOPs / measured bf16 matmul rate, weight bytes / bandwidth).
+Floors (METHOD.md): decode ms/token >= max((weight bytes + KV bytes read) / bandwidth, matmul FLOPs / measured bf16
+matmul rate), with bandwidth the higher of the measured read and copy bandwidths (``floors["bw_Bps"]``,
+:func:`benchmarks.common.measure_floors`); prefill ms >= max(matmul FLOPs / rate, weight bytes / bandwidth).
+
+:func:`bench_rows_model` times the few-row steps (decode batches 1..64, verify steps of k + 1 tokens) of the
+engine variants whose kernels :mod:`workbench.engine.dispatch` picks (bf16 and W4A16, fused and not).
 """
 
 from __future__ import annotations
@@ -14,7 +18,17 @@ import gc
 
 import torch
 
-from benchmarks.common import CONFIGS, DEVICE, Recorder, Stopwatch, hf_model, measure_floors, sync, wall_ms
+from benchmarks.common import (
+    CONFIGS,
+    DEVICE,
+    Recorder,
+    Stopwatch,
+    hf_config,
+    hf_model,
+    measure_floors,
+    sync,
+    wall_ms,
+)
 from workbench.engine import Engine
 
 
@@ -77,9 +91,30 @@ def profile_step(eng: Engine, batch: int = 1, steps: int = 3, top: int = 12) -> 
     return [{"kernel": "TOTAL", "us_per_step": total, "calls_per_step": sum(r["calls_per_step"] for r in rows)}] + rows[:top]
 
 
-def decode_floor_ms(eng: Engine, batch: int, ctx: float, bw: float) -> float:
-    """(weight bytes + batch * ctx * KV bytes per token) / bandwidth, in ms."""
-    return (eng.weight_bytes() + batch * ctx * eng.kv_bytes_per_token()) / bw * 1e3
+def decode_floor_ms(eng: Engine, batch: int, ctx: float, bw: float, flops_rate: float | None = None) -> float:
+    """max((weight bytes + batch * ctx * KV bytes per token) / bandwidth, 2 * matmul params * batch / flops_rate)
+    in ms (the compute term only with ``flops_rate``; it matters for W4A16 from about 32 rows)."""
+    mem = (eng.weight_bytes() + batch * ctx * eng.kv_bytes_per_token()) / bw * 1e3
+    if flops_rate is None:
+        return mem
+    s = eng.spec
+    params = s.n_params()["layers"] - s.n_layers * 2 * s.hidden_size + s.vocab_size * s.hidden_size
+    return max(mem, 2 * params * batch / flops_rate * 1e3)
+
+
+def verify_ms(eng: Engine, t: int, n: int = 30, prompt_len: int = 64) -> float:
+    """ms of one T-token step on slot 0 (graph replay), cache rolled back after each."""
+    eng.reset()
+    eng.extend_batch([0], torch.randint(100, 1000, (1, prompt_len), device=eng.device), logits="last")
+    toks = torch.randint(100, 1000, (1, t), device=eng.device)
+    for _ in range(3):
+        eng.extend_batch([0], toks)
+        eng.truncate_slot(0, prompt_len)
+    sw = Stopwatch().start()
+    for _ in range(n):
+        eng.extend_batch([0], toks)
+        eng.truncate_slot(0, prompt_len)
+    return sw.stop() / n
 
 
 def prefill_ms(eng: Engine, t: int) -> float:
@@ -100,13 +135,13 @@ def prefill_floor_ms(eng: Engine, t: int, floors: dict) -> dict:
     block = s.n_params()["layers"] - s.n_layers * 2 * s.hidden_size
     flops = 2 * block * t + 2 * s.n_layers * s.n_heads * s.head_dim * t * t + 2 * s.vocab_size * s.hidden_size
     return {"flops": flops, "compute_floor_ms": flops / floors["matmul_flops"] * 1e3,
-            "memory_floor_ms": eng.weight_bytes() / floors["copy_bw_Bps"] * 1e3}
+            "memory_floor_ms": eng.weight_bytes() / floors["bw_Bps"] * 1e3}
 
 
 def bench_model(name: str, floors: dict, rec: Recorder, backend: str, batches=(1, 8, 32), prompt_len=128,
                 n_steps=64, hf_new=32, keep_bf16: bool = False, profile: bool = False):
     """HF eager vs engine bf16 vs engine W4A16 (RTN, g=128) on one random-init config."""
-    bw = floors["copy_bw_Bps"]
+    bw = floors["bw_Bps"]
     max_seq = prompt_len + n_steps + 8
     ctx = prompt_len + 3 + n_steps / 2  # mean cached length over the timed steps
     model = hf_model(CONFIGS[name])
@@ -158,6 +193,121 @@ def bench_model(name: str, floors: dict, rec: Recorder, backend: str, batches=(1
         torch.cuda.empty_cache()
         return None
     return eng
+
+
+# engine builds: name -> Engine.from_config keyword arguments
+ROWS_ENGINES = {"bf16": {}, "w4a16": {"w4a16": True, "w4a16_backend": "triton:tinygemm"},
+                "w4a16_lmhead": {"w4a16": True, "w4a16_backend": "triton:tinygemm", "quantize_lm_head": True}}
+# (impl, engine, (min_rows, max_rows) of the fused path or None for dispatch.default_rows, INT4 prologues fused,
+# decode batches, verify T = k + 1). The 2026-12-01 run (results/kernels_h200.json) measured these under older
+# names: engine_bf16_rows was "engine_bf16" (then fused 1..64), engine_bf16 "engine_bf16_cublas_rows",
+# engine_w4a16_rows "engine_w4a16_sep" (1..64, prologues separate), engine_w4a16_fusedpro "engine_w4a16".
+ALL_M = (1, 2, 4, 8, 16, 32, 64)
+ROWS_VARIANTS = {
+    "qwen2-7b": [("engine_bf16", "bf16", None, False, ALL_M, (3, 5, 9)),
+                 ("engine_bf16_rows", "bf16", (1, 64), False, (2, 16, 64), (5, 9)),
+                 ("engine_w4a16", "w4a16", None, False, ALL_M, (3, 5, 9)),
+                 ("engine_w4a16_rows", "w4a16", (1, 64), False, (1,), (5,)),
+                 ("engine_w4a16_fusedpro", "w4a16", None, True, (4, 16), (5,)),
+                 ("engine_w4a16_lmhead", "w4a16_lmhead", None, False, (1, 16), ())],
+    "llama3-8b": [("engine_bf16", "bf16", None, False, (1, 16, 64), (9,)),
+                  ("engine_w4a16", "w4a16", None, False, (1, 16, 64), (9,))],
+}
+
+
+def rows_engine_jobs(c: dict, ms, w4a16: bool, lm_int4: bool, tuned_one_row: bool = True, sep: bool = False) -> list:
+    """The kernel variants an engine of the HF config dict ``c`` compiles for steps of ``ms`` token rows
+    (``benchmarks.common.precompile`` jobs), with the configurations it will pick (``rows._BEST`` as tuned so far
+    in this process, else defaults; the bf16 one-row GEMVs: every configuration its tuner tries, or the default).
+    ``sep``: the INT4 matmuls run without their prologue (``dispatch.INT4_PROLOGUES`` off)."""
+    from workbench.kernels import gemv, rows, w4a16
+
+    h, inter, d = c["hidden_size"], c["intermediate_size"], c["hidden_size"] // c["num_attention_heads"]
+    nq = (c["num_attention_heads"] + 2 * c["num_key_value_heads"]) * d
+    calls = [(nq, h, "rmsnorm", False), (h, h, "none", True), (2 * inter, h, "rmsnorm", False),
+             (h, inter, "swiglu", True), (c["vocab_size"], h, "rmsnorm", False)]
+    jobs = []
+    for m in sorted(set(ms)):
+        for i, (n, k, pro, res) in enumerate(calls):
+            kind = "int4" if (w4a16 and (i < 4 or lm_int4)) else "dense"
+            rope_d = d if (i == 0 and m == 1) else 0
+            if kind == "int4" and sep:
+                pro = "none"
+            if kind == "int4" and m == 1:  # the CUDA-core GEMV the engine tunes for one-row steps
+                jobs += [("w4gemv", n, k, 1, "none", False, 0, cfg) for cfg in w4a16.CONFIGS]
+            if kind == "dense" and m == 1:
+                cfgs = gemv.CONFIGS if tuned_one_row else [gemv.DEFAULT]
+                jobs += [("gemv", n, k, 1, pro, res, rope_d, cfg) for cfg in cfgs
+                         if not rope_d or (cfg[0] >= 2 and d % cfg[0] == 0)]
+                continue
+            rope = (None,) * 5 + (torch.empty(1, 1, 1, rope_d, device="meta"),) if rope_d else None
+            cfg = rows._cfg(kind, n, k, m, pro, True if res else None, rope, torch.bfloat16)
+            jobs.append((kind, n, k, m, pro, res, rope_d, cfg))
+    return jobs
+
+
+def rows_model_jobs(name: str, variants=None) -> list:
+    """:func:`rows_engine_jobs` for every variant of :func:`bench_rows_model` on ``CONFIGS[name]``."""
+    jobs = []
+    for _impl, key, _rows, fused_pro, batches, verify_ts in variants or ROWS_VARIANTS[name]:
+        kw = ROWS_ENGINES[key]
+        jobs += rows_engine_jobs(CONFIGS[name], set(batches) | set(verify_ts) | {64}, bool(kw.get("w4a16")),
+                                 bool(kw.get("quantize_lm_head")), sep=not fused_pro)
+    return jobs
+
+
+def bench_rows_model(name: str, floors: dict, rec: Recorder, variants=None, prompt_len: int = 64,
+                     n_steps: int = 32) -> list:
+    """Decode batches and verify steps of each engine variant on the random-init ``CONFIGS[name]``: one row per
+    (impl, batch) with ms per step, the floor (weights + KV at the mean context, or matmul FLOPs, whichever is
+    larger) and time / floor; verify rows (batch 1, T = k + 1 tokens) also with their cost in decode steps of the
+    same variant. Compile the kernels first (``precompile(rows_model_jobs(name))``) to keep compile time out."""
+    from workbench.engine import dispatch
+
+    variants = variants or ROWS_VARIANTS[name]
+    bw, rate = floors["bw_Bps"], floors["matmul_flops"]
+    ctx = prompt_len + 3 + n_steps / 2
+    out = []
+    engines: dict = {}
+    for impl, key, rng, fused_pro, batches, verify_ts in variants:
+        try:
+            if key not in engines:
+                engines.clear()
+                gc.collect()
+                torch.cuda.empty_cache()
+                mb = max(b for _i, k2, _r, _f, bs, _v in variants if k2 == key for b in bs)
+                engines[key] = Engine.from_config(hf_config(CONFIGS[name]), max_batch=mb,
+                                                  max_seq=prompt_len + n_steps + 16, **ROWS_ENGINES[key])
+            eng = engines[key]
+            saved = dispatch.INT4_PROLOGUES
+            dispatch.INT4_PROLOGUES = {"rmsnorm": fused_pro, "swiglu": fused_pro}
+            lo, hi = rng or (None, None)
+            eng.set_fused_gemv(True, max_rows=hi, min_rows=lo)
+            dispatch.INT4_PROLOGUES = saved
+            base = {"model": name, "impl": impl,
+                    "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None,
+                    "weight_bytes": eng.weight_bytes()}
+            one = None
+            for b in batches:
+                ms = engine_decode_ms_per_token(eng, b, prompt_len, n_steps)
+                one = ms if b == 1 else one
+                fl = decode_floor_ms(eng, b, ctx, bw, rate)
+                out.append({**base, "batch": b, "ms": ms, "floor_ms": fl, "x_floor": ms / fl})
+                rec.put(f"rows_{name}", out)
+            for t in verify_ts:
+                ms = verify_ms(eng, t, n=20, prompt_len=prompt_len)
+                fl = decode_floor_ms(eng, 1, prompt_len + t, bw, rate)
+                out.append({**base, "verify_T": t, "ms": ms, "floor_ms": fl, "x_floor": ms / fl,
+                            "x_decode_b1": ms / one if one else None})
+                rec.put(f"rows_{name}", out)
+        except Exception as err:  # noqa: BLE001 - keep the other variants' numbers
+            import traceback
+
+            rec.put(f"error_rows_{name}_{impl}", f"{type(err).__name__}: {err}"[:500] + traceback.format_exc()[-1500:])
+    engines.clear()
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
 
 
 def main():

@@ -14,8 +14,8 @@ Target Qwen2-7B and draft Qwen2-0.5B, random init (as in ``benchmarks/run_all.py
 
 from __future__ import annotations
 
-from benchmarks.bench_decode import decode_floor_ms, engine_decode_ms_per_token
-from benchmarks.bench_spec import bench_spec, check_device_loop, verify_ms
+from benchmarks.bench_decode import decode_floor_ms, engine_decode_ms_per_token, verify_ms
+from benchmarks.bench_spec import bench_spec, check_device_loop
 from benchmarks.check_gpu import check_engine
 from benchmarks.common import CONFIGS, QWEN2_0_5B, Recorder, environment, hf_config, measure_floors
 from benchmarks.run_all import guarded
@@ -38,7 +38,7 @@ def main():
             target.set_fused_gemv(on)
             for b in (1, 8, 32):
                 ms = engine_decode_ms_per_token(target, b)
-                fl = decode_floor_ms(target, b, 128 + 3 + 32, floors["copy_bw_Bps"])
+                fl = decode_floor_ms(target, b, 128 + 3 + 32, floors["bw_Bps"])
                 rows.append({"fused": on, "batch": b, "ms_per_token": ms, "floor_ms": fl, "x_floor": ms / fl})
             for t in (3, 5, 9):
                 rows.append({"fused": on, "verify_T": t, "ms": verify_ms(target, t)})

@@ -1,14 +1,21 @@
-"""W4A16 / bf16 GEMV micro-benchmark on the Qwen2-7B matmul shapes (H200).
+"""Few-row matmuls side by side on the Qwen2-7B and Llama-3-8B layer shapes (H200), M = 1, 2, 4, 8, 16, 32, 64.
 
-For M = 1 and 4 rows: bf16 cuBLAS (``F.linear``), torch's tinygemm (``_weight_int4pack_mm``) and the
-Triton GEMV of :mod:`workbench.kernels.w4a16` (tuned per shape by :func:`w4a16.tune` over ``w4a16.SEARCH_CONFIGS``), each timed under
-CUDA-graph replay with its weights rotated over >= 300 MB of copies so L2 (50 MB) holds none of them
-(as in ``benchmarks/check_gpu.py``). Prints us, effective TB/s (bytes of weights, scales and zeros read
-/ time) and the relative error ``||y - ref|| / ||ref||`` against ``F.linear(x.float(), w_hat.float())``
-with ``w_hat`` the dequantized weights (bf16 rows: against the bf16 weights in float). Writes
-``$OUT/bench_gemv.json`` (``--out``).
+Per shape and row count: cuBLAS bf16 (``F.linear``), the project's bf16 kernels (the one-row GEMV of
+:mod:`workbench.kernels.gemv` at M = 1, the tensor-core GEMM of :mod:`workbench.kernels.rows` at every M), torch's
+INT4 tinygemm (``_weight_int4pack_mm``), gemlite 0.6 (if it imports; Qwen2-7B shapes, within a time budget), the
+INT4 tensor-core GEMM (:func:`workbench.kernels.rows.gemm_int4`) and, at M = 1, the INT4 CUDA-core GEMV
+(:mod:`workbench.kernels.w4a16`). Plain matmuls (no fused prologue or epilogue), RTN INT4 with group 128.
 
-Run: ``python3 -m benchmarks.bench_gemv`` from the repository root.
+Each timed under CUDA-graph replay with its weights rotated over >= 300 MB of copies so L2 (60 MB) holds none of
+them. Reported: us, TB/s (bytes of weights, scales and zeros read / time), the floor ``max(bytes / bw, 2 M N K /
+matmul rate)`` with ``bw`` the higher of the measured read and copy bandwidths (``benchmarks.common.measure_floors``),
+time / floor, and the relative error ``||y - ref|| / ||ref||`` against ``F.linear`` in float32 of the dequantized
+weights (bf16 rows: of the bf16 weights). The project's kernels are tuned per shape and M_PAD class (16, 32, 64)
+over ``rows.INT4_CONFIGS`` / ``rows.DENSE_CONFIGS`` (``rows.tune``; the winners stay in ``rows._BEST`` for the
+engine runs that follow in the same process).
+
+Run: ``python3 -m benchmarks.bench_gemv`` (writes ``$OUT/bench_gemv.json``); ``run_all --kernels`` calls
+:func:`bench` inside the kernels run.
 """
 
 from __future__ import annotations
@@ -16,42 +23,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
 import time
 
 import torch
 import torch.nn.functional as F
 
-SHAPES = {"qkv": (4608, 3584), "o": (3584, 3584), "gate_up": (37888, 3584), "down": (3584, 18944),
-          "lm_head": (152064, 3584)}
 GROUP = 128
-
-
-def _compile_jobs(jobs):
-    """Worker: compile (launch once on small tensors with the real K) each ``(k, m, cfg)``; the kernels
-    land in Triton's on-disk cache, so the parent's first launch of the same specialisation is a hit."""
-    from workbench.kernels import w4a16
-
-    n = 1024  # divisible by every BLOCK_N, as the real N: same specialisation
-    for k, m, cfg in jobs:
-        qw = torch.randint(-2**31, 2**31 - 1, (n, k // 8), device="cuda", dtype=torch.int32)
-        s = torch.ones(k // GROUP, n, device="cuda", dtype=torch.bfloat16)
-        z = torch.full_like(s, 8.0)
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w4a16.gemv(x, qw, s, z, GROUP, n, cfg)
-    torch.cuda.synchronize()
-    return len(jobs)
-
-
-def precompile(ks, ms, configs, procs: int = 12) -> float:
-    """Compile every kernel variant the tuning will launch, in ``procs`` processes; returns seconds."""
-    t0 = time.perf_counter()
-    jobs = [(k, m, cfg) for k in ks for m in ms for cfg in configs]
-    chunks = [jobs[i::procs] for i in range(procs)]
-    with mp.get_context("spawn").Pool(procs) as pool:
-        pool.map(_compile_jobs, [c for c in chunks if c])
-    return time.perf_counter() - t0
+MS = (1, 2, 4, 8, 16, 32, 64)
+SHAPES = {  # name: (N, K)
+    "qwen2-7b": {"qkv": (4608, 3584), "o": (3584, 3584), "gate_up": (37888, 3584), "down": (3584, 18944),
+                 "lm_head": (152064, 3584)},
+    "llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
+                  "lm_head": (128256, 4096)},
+}
 
 
 def rel(a, b) -> float:
@@ -69,100 +54,158 @@ def rotating(fns):
     return call
 
 
-@torch.no_grad()
-def bench(ms=(1, 4), shapes=SHAPES, min_bytes=300e6) -> list:
-    from workbench.engine.int4 import dequantize_int4, quantize_rtn_int4
-    from workbench.kernels import w4a16
-
-    rows = []
-    for name, (n, k) in shapes.items():
-        torch.manual_seed(0)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-        q, s, z = quantize_rtn_int4(w, GROUP)
-        w_hat = dequantize_int4(q, s, z, torch.float32)
-        ng = k // GROUP
-        int4_bytes = n * k // 2 + 2 * n * ng * 2  # nibbles + bf16 scale and zero per group
-        n4 = max(2, math.ceil(min_bytes / int4_bytes))
-        n16 = max(2, math.ceil(min_bytes / (n * k * 2)))
-        dense = [w.clone() for _ in range(n16)]
-        # tinygemm operands as Int4Linear builds them
-        packed = torch.ops.aten._convert_weight_to_int4pack(((q[:, ::2] << 4) | q[:, 1::2]).contiguous(), 8)
-        sz = torch.stack((s, (8 - z) * s), dim=-1).transpose(0, 1).contiguous()
-        tiny = [(packed.clone(), sz.clone()) for _ in range(n4)]
-        qw = w4a16.pack_int4_gemv(q, GROUP)
-        s_t, z_t = s.t().contiguous(), z.t().contiguous()
-        ours = [(qw.clone(), s_t.clone(), z_t.clone()) for _ in range(n4)]
-        del w
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ref = F.linear(x.float(), w_hat)
-            timings = {}
-            t0 = time.perf_counter()
-            cfg = w4a16.tune(x, qw, s_t, z_t, GROUP, n, configs=w4a16.SEARCH_CONFIGS, timings=timings)
-            tune_s = time.perf_counter() - t0
-            impls = {
-                "bf16": ([lambda x, d=d: F.linear(x, d) for d in dense], n * k * 2,
-                         F.linear(x.float(), dense[0].float())),
-                "tinygemm": ([lambda x, p=p, c=c: torch.ops.aten._weight_int4pack_mm(x, p, GROUP, c) for p, c in tiny],
-                             int4_bytes, ref),
-                "triton": ([lambda x, o=o, n=n, cfg=cfg: w4a16.gemv(x, *o, GROUP, n, cfg) for o in ours], int4_bytes, ref),
-            }
-            for impl, (fns, nbytes, want) in impls.items():
-                err = rel(fns[0](x), want)
-                ms_ = _rot_ms(fns, x)
-                row = {"shape": name, "n": n, "k": k, "m": m, "impl": impl, "us": ms_ * 1e3,
-                       "tb_s": nbytes / (ms_ * 1e-3) / 1e12, "rel_err": err}
-                if impl == "triton":
-                    row["cfg"] = list(cfg)
-                    row["tune_s"] = tune_s
-                    row["tuning_us"] = {str(c): round(t * 1e3, 2) for c, t in sorted(timings.items(), key=lambda kv: kv[1])}
-                rows.append(row)
-                print(f"{name:8s} {n:6d}x{k:<6d} M={m} {impl:9s} {row['us']:8.1f} us {row['tb_s']:5.2f} TB/s "
-                      f"rel.err {err:.4f}" + (f"  cfg {cfg}" if impl == "triton" else ""), flush=True)
-        del dense, tiny, ours
-        torch.cuda.empty_cache()
-    return rows
-
-
 def _rot_ms(fns, x) -> float:
     from benchmarks.common import graph_ms
 
     call = rotating(fns)
-    return graph_ms(lambda: call(x), inner=2 * len(fns), reps=5)
+    return graph_ms(lambda: call(x), inner=max(10, 2 * len(fns)), reps=5)
 
 
-def table(rows) -> str:
-    out = ["| matmul | N x K | M | kernel | us | TB/s | rel. error |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['shape']} | {r['n']}x{r['k']} | {r['m']} | {r['impl']} | {r['us']:.1f} | "
-                   f"{r['tb_s']:.2f} | {r['rel_err']:.4f} |")
-    return "\n".join(out)
+def precompile_jobs(shapes: dict, ms=MS) -> list:
+    """Every kernel variant :func:`bench` launches (for ``benchmarks.common.precompile``)."""
+    from workbench.kernels import gemv, rows, w4a16
+
+    jobs = []
+    for model in shapes.values():
+        for n, k in model.values():
+            for m in sorted({max(16, 1 << (m - 1).bit_length()) for m in ms}):
+                jobs += [("int4", n, k, m, "none", False, 0, c) for c in rows.INT4_CONFIGS]
+                jobs += [("dense", n, k, m, "none", False, 0, c) for c in rows.DENSE_CONFIGS]
+            jobs += [("gemv", n, k, 1, "none", False, 0, c) for c in gemv.CONFIGS]
+            jobs += [("w4gemv", n, k, 1, "none", False, 0, c) for c in w4a16.CONFIGS]
+    return jobs
+
+
+def _gemlite_fns(q, s, z, n, k, copies):
+    """gemlite's module for this weight (as ``Int4Linear`` builds it), one per copy; None if it does not import."""
+    try:
+        from gemlite import DType, GemLiteLinear
+    except ImportError:
+        return None
+    mods = []
+    for _ in range(copies):
+        mod = GemLiteLinear(4, group_size=GROUP, in_features=k, out_features=n, input_dtype=DType.BF16,
+                            output_dtype=DType.BF16)
+        mod.pack(q, s, z, None)
+        mods.append(mod)
+    return [lambda x, mod=mod: mod(x) for mod in mods]
+
+
+@torch.no_grad()
+def bench_shape(model: str, name: str, n: int, k: int, floors: dict, ms=MS, gemlite_until: float = 0.0,
+                min_bytes: float = 300e6) -> list:
+    """One row per (kernel, M) for the ``[n, k]`` matmul of ``model``."""
+    from workbench.engine.int4 import dequantize_int4, quantize_rtn_int4
+    from workbench.kernels import gemv, rows, w4a16
+    from workbench.kernels.int4_layout import pack_int4_gemv
+
+    torch.manual_seed(0)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    q, s, z = quantize_rtn_int4(w, GROUP)
+    w_hat = dequantize_int4(q, s, z, torch.float32)
+    int4_bytes = n * k // 2 + 2 * n * (k // GROUP) * 2  # nibbles + bf16 scale and zero per group
+    n4, n16 = max(2, math.ceil(min_bytes / int4_bytes)), max(2, math.ceil(min_bytes / (n * k * 2)))
+    dense = [w] + [w.clone() for _ in range(n16 - 1)]
+    packed = torch.ops.aten._convert_weight_to_int4pack(((q[:, ::2] << 4) | q[:, 1::2]).contiguous(), 8)
+    sz = torch.stack((s, (8 - z) * s), dim=-1).transpose(0, 1).contiguous()
+    tiny = [(packed, sz)] + [(packed.clone(), sz.clone()) for _ in range(n4 - 1)]
+    qw, s_t, z_t = pack_int4_gemv(q, GROUP), s.t().contiguous(), z.t().contiguous()
+    ours = [(qw, s_t, z_t)] + [(qw.clone(), s_t.clone(), z_t.clone()) for _ in range(n4 - 1)]
+    glite = _gemlite_fns(q, s, z, n, k, n4) if time.time() < gemlite_until else None
+    bw, rate = floors["bw_Bps"], floors["matmul_flops"]
+    out = []
+    for m in ms:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        ref4, ref16 = F.linear(x.float(), w_hat), F.linear(x.float(), w.float())
+        t0 = time.perf_counter()
+        c4 = rows.tune(x, qw, quant=(s_t, z_t, GROUP), configs=rows.INT4_CONFIGS)
+        c16 = rows.tune(x, w, configs=rows.DENSE_CONFIGS)
+        impls = {"cublas_bf16": ([lambda x, d=d: F.linear(x, d) for d in dense], n * k * 2, ref16),
+                 "rows_bf16": ([lambda x, d=d, c=c16: rows.gemm(x, d, cfg=c) for d in dense], n * k * 2, ref16),
+                 "tinygemm": ([lambda x, p=p, c=c: torch.ops.aten._weight_int4pack_mm(x, p, GROUP, c) for p, c in tiny],
+                              int4_bytes, ref4),
+                 "rows_int4": ([lambda x, o=o, c=c4: rows.gemm_int4(x, *o, GROUP, n, cfg=c) for o in ours], int4_bytes, ref4)}
+        if m == 1:
+            cg = gemv.tune(x, w, configs=gemv.CONFIGS)
+            cw = w4a16.tune(x, qw, s_t, z_t, GROUP, n, configs=w4a16.CONFIGS)
+            impls["gemv_bf16"] = ([lambda x, d=d, c=cg: gemv.gemv(x, d, cfg=c) for d in dense], n * k * 2, ref16)
+            impls["gemv_int4"] = ([lambda x, o=o, c=cw: w4a16.gemv(x, *o, GROUP, n, c) for o in ours], int4_bytes, ref4)
+        if glite is not None and time.time() < gemlite_until:
+            impls["gemlite"] = (glite, int4_bytes, ref4)
+        tune_s = time.perf_counter() - t0
+        for impl, (fns, nbytes, want) in impls.items():
+            try:
+                err = rel(fns[0](x), want)
+                t = _rot_ms(fns, x)
+            except Exception as e:  # noqa: BLE001 - one kernel failing (e.g. gemlite) keeps the others' rows
+                out.append({"model": model, "shape": name, "m": m, "impl": impl, "error": f"{type(e).__name__}: {e}"[:300]})
+                continue
+            floor = max(nbytes / bw, 2 * m * n * k / rate) * 1e3
+            row = {"model": model, "shape": name, "n": n, "k": k, "m": m, "impl": impl, "us": t * 1e3,
+                   "tb_s": nbytes / (t * 1e-3) / 1e12, "floor_us": floor * 1e3, "x_floor": t / floor, "rel_err": err}
+            if impl.startswith("rows"):
+                row["cfg"] = list(c4 if impl == "rows_int4" else c16)
+                row["tune_s"] = tune_s
+            out.append(row)
+            print(f"{model:9s} {name:7s} {n:6d}x{k:<5d} M={m:<2d} {impl:11s} {row['us']:8.1f} us {row['tb_s']:5.2f} TB/s"
+                  f" x{row['x_floor']:.2f} err {err:.4f}", flush=True)
+    return out
+
+
+def bench(floors: dict, models=("qwen2-7b", "llama3-8b"), ms=MS, gemlite_s: float = 45.0, rec=None) -> list:
+    """Every shape of ``models``; gemlite runs on the first model's shapes while ``gemlite_s`` seconds last (its
+    first call of a shape and row count may autotune)."""
+    rows_out = []
+    until = time.time() + gemlite_s
+    for model in models:
+        for name, (n, k) in SHAPES[model].items():
+            rows_out += bench_shape(model, name, n, k, floors, ms, until if model == models[0] else 0.0)
+            torch.cuda.empty_cache()
+            if rec is not None:
+                rec.put("kernels", rows_out)
+    return rows_out
+
+
+def summary(rows_out) -> dict:
+    """Per model and M: the four block matmuls' summed us per kernel (kernels timed on all four only), and the
+    speedup of each over cuBLAS bf16."""
+    out, seen = {}, {}
+    for r in rows_out:
+        if "us" in r and r["shape"] != "lm_head":
+            key = f"{r['model']} M={r['m']}"
+            d = out.setdefault(key, {})
+            d[r["impl"]] = d.get(r["impl"], 0.0) + r["us"]
+            seen.setdefault(key, {}).setdefault(r["impl"], set()).add(r["shape"])
+    for key, d in out.items():
+        for impl in [i for i in d if len(seen[key][i]) < 4]:
+            del d[impl]
+    for d in out.values():
+        base = d.get("cublas_bf16")
+        for impl in list(d):
+            if base and impl != "cublas_bf16":
+                d[f"{impl}_speedup"] = base / d[impl]
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--m", type=int, nargs="+", default=[1, 4])
-    ap.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    ap.add_argument("--models", nargs="+", default=list(SHAPES))
+    ap.add_argument("--m", type=int, nargs="+", default=list(MS))
+    ap.add_argument("--shapes", nargs="+", default=None, help="only these matmuls (qkv o gate_up down lm_head)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bench_gemv.json"))
-    ap.add_argument("--procs", type=int, default=12)
-    args = ap.parse_args()
-    from workbench.kernels import w4a16
+    a = ap.parse_args()
+    from benchmarks.common import environment, measure_floors, precompile
 
-    shapes = {s: SHAPES[s] for s in args.shapes}
-    comp_s = precompile(sorted({k for _, k in shapes.values()}), args.m, [*w4a16.SEARCH_CONFIGS, (32, 1, 2, 4, 1)], args.procs)
-    print(f"precompiled {len(w4a16.SEARCH_CONFIGS)} configs x {len(args.m)} M in {comp_s:.1f} s", flush=True)
-    rows = bench(args.m, shapes)
-    print(table(rows))
-    m1 = [r for r in rows if r["m"] == 1 and r["shape"] != "lm_head"]
-    block = {impl: sum(r["us"] for r in m1 if r["impl"] == impl) for impl in ("bf16", "tinygemm", "triton")}
-    print("block (qkv+o+gate_up+down) M=1 us:", {k: round(v, 1) for k, v in block.items()},
-          "speedup vs bf16:", {k: round(block["bf16"] / v, 2) for k, v in block.items() if v})
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "group": GROUP,
-           "precompile_s": comp_s, "rows": rows, "block_m1_us": block}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-    print("wrote", args.out)
+    if a.shapes:
+        for m in a.models:
+            SHAPES[m] = {k: v for k, v in SHAPES[m].items() if k in a.shapes}
+    floors = measure_floors()
+    comp = precompile(precompile_jobs({m: SHAPES[m] for m in a.models}, a.m))
+    rows_out = bench(floors, a.models, a.m)
+    res = {"env": environment(), "floors": floors, "precompile": comp, "rows": rows_out, "block_us": summary(rows_out)}
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    print("wrote", a.out)
 
 
 if __name__ == "__main__":

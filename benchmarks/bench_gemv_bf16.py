@@ -4,9 +4,8 @@ then the engine's batch-1 decode step with the fused GEMVs on and off (Qwen2-7B,
 
 Per call, timed under CUDA-graph replay with the weights rotated over >= 128 MB of copies so that L2
 holds none of them (:func:`workbench.kernels.gemv.tune`); effective TB/s = weight bytes / time.
-Floor: copy bandwidth (bytes read + written, the issue's yardstick), measured in the same run. Also
-recorded, ``read_bw_Bps``: ``torch.sum`` over 4 GiB, bytes read / time. It is no floor: on the H200 it
-measured 4.13-4.16 TB/s, below the copy bandwidth and below the 4.5 TB/s the lm_head GEMV streams.
+Floor: weight bytes over the higher of the read and copy bandwidths measured in the same run
+(``benchmarks.common.measure_floors``: ``bw_Bps``, ``bw_source``).
 
 Run: ``python3 -m benchmarks.bench_gemv_bf16`` from the repository root (~3 min on the H200). Writes
 ``$OUT/bench_gemv_bf16.json``.
@@ -20,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import CONFIGS, Recorder, environment, graph_ms, hf_model, measure_floors, wall_ms
+from benchmarks.common import CONFIGS, Recorder, environment, graph_ms, hf_model, measure_floors
 
 H, I, QKV, V = 3584, 18944, 4608, 152064  # Qwen2-7B
 # name: (N, K, prologue, residual?)
@@ -61,12 +60,6 @@ def precompile(procs: int = 12) -> float:
     with mp.get_context("spawn").Pool(procs) as pool:
         pool.map(_compile, [jobs[i::procs] for i in range(procs)])
     return time.perf_counter() - t0
-
-
-def read_bandwidth(gib: float = 4.0) -> float:
-    x = torch.randn(int(gib * 2**30) // 2, device="cuda", dtype=torch.bfloat16)
-    ms = wall_ms(lambda: x.sum(dtype=torch.float32), reps=10, warmup=3)
-    return x.numel() * 2 / (ms * 1e-3)
 
 
 def bench_call(name: str, n: int, k: int, pro: str, res: bool, floors: dict) -> dict:
@@ -111,7 +104,7 @@ def bench_call(name: str, n: int, k: int, pro: str, res: bool, floors: dict) -> 
         return w.nbytes / (t * 1e-3) / 1e12
 
     return {"call": name, "N": n, "K": k, "prologue": pro, "residual": res, "weight_MB": w.nbytes / 1e6,
-            "floor_us": w.nbytes / floors["copy_bw_Bps"] * 1e6,
+            "floor_us": w.nbytes / floors["bw_Bps"] * 1e6,
             "cublas_us": t_cublas * 1e3, "cublas_TBps": tbps(t_cublas),
             "unfused_us": t_unfused * 1e3, "fused_us": t_fused * 1e3, "fused_TBps": tbps(t_fused),
             "fused_cfg": list(best), "rel_err_vs_fp32": err,
@@ -137,29 +130,29 @@ def bench_engine(name: str, floors: dict) -> list:
     torch.cuda.empty_cache()
     ctx = 128 + 3 + 32
     rows = []
-    from workbench.kernels import gemv
+    from workbench.kernels import common
 
     # (fused GEMVs, programmatic dependent launch) in an ABBA-like order against drift
     for on, pdl in ((False, False), (True, False), (True, True), (False, True), (True, True), (True, False)):
-        gemv.PDL_ENABLED = pdl
-        used = eng.set_fused_gemv(on)  # drops captured graphs: the next step recaptures with this choice
+        common.PDL_ENABLED = pdl
+        used = eng.set_fused_gemv(on, max_rows=1)  # drops captured graphs: the next step recaptures with this choice
         ms = engine_decode_ms_per_token(eng, 1)
-        fl = decode_floor_ms(eng, 1, ctx, floors["copy_bw_Bps"])
+        fl = decode_floor_ms(eng, 1, ctx, floors["bw_Bps"])
         rows.append({"model": name, "fused_gemv": used, "pdl": pdl, "ms_per_token": ms, "floor_ms": fl,
                      "x_floor": ms / fl})
         print(rows[-1], flush=True)
-    gemv.PDL_ENABLED = True
+    common.PDL_ENABLED = True
     # the same 16 one-row steps (teacher-forced tokens) through the captured graphs: fused vs unfused
     # (bf16 rounding differs), and PDL on vs off (must be bit-identical: a race would show here)
     ids = torch.randint(100, 1000, (1, 64), device="cuda")
     outs = {}
     for on, pdl in ((False, True), (True, False), (True, True)):
-        gemv.PDL_ENABLED = pdl
-        eng.set_fused_gemv(on)
+        common.PDL_ENABLED = pdl
+        eng.set_fused_gemv(on, max_rows=1)
         eng.reset()
         eng.extend_batch([0], ids[:, :48])
         outs[(on, pdl)] = torch.cat([eng.extend_batch([0], ids[:, i:i + 1]).float() for i in range(48, 64)])
-    gemv.PDL_ENABLED = True
+    common.PDL_ENABLED = True
     a, b, c = outs[(False, True)], outs[(True, False)], outs[(True, True)]
     rows.append({"model": name, "steps_logits_rel_diff_fused_vs_unfused": float((c - a).norm() / a.norm()),
                  "argmax_agree_fused_vs_unfused": float((c.argmax(-1) == a.argmax(-1)).float().mean()),
@@ -174,7 +167,6 @@ def main():
     rec = Recorder(name="bench_gemv_bf16.json")
     rec.put("env", environment())
     floors = measure_floors()
-    floors["read_bw_Bps"] = read_bandwidth()
     rec.put("floors", floors)
     rec.put("precompile_s", precompile())
     rec.put("calls", bench_calls(floors))

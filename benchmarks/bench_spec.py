@@ -24,8 +24,7 @@ import warnings
 
 import torch
 
-from benchmarks.bench_decode import engine_decode_ms_per_token
-from benchmarks.common import Stopwatch
+from benchmarks.bench_decode import engine_decode_ms_per_token, verify_ms
 from workbench.engine import Engine
 from workbench.spec import SpecConfig, autoregressive_generate, speculative_generate
 from workbench.spec.theory import expected_tokens_per_step, speedup
@@ -45,21 +44,6 @@ def spec_run(target: Engine, draft: Engine, config: SpecConfig, prompt_len: int 
     st = out.stats
     return {"ms": out.decode_s * 1e3, "tokens": len(out.tokens), "steps": st.num_drafts, "alpha": st.alpha,
             "tau": st.tau, "loop": out.loop}
-
-
-def verify_ms(eng: Engine, t: int, n: int = 30, prompt_len: int = 64) -> float:
-    """ms of one T-token step on slot 0 (graph replay), cache rolled back after each."""
-    eng.reset()
-    eng.extend_batch([0], torch.randint(100, 1000, (1, prompt_len), device=eng.device), logits="last")
-    toks = torch.randint(100, 1000, (1, t), device=eng.device)
-    for _ in range(3):
-        eng.extend_batch([0], toks)
-        eng.truncate_slot(0, prompt_len)
-    sw = Stopwatch().start()
-    for _ in range(n):
-        eng.extend_batch([0], toks)
-        eng.truncate_slot(0, prompt_len)
-    return sw.stop() / n
 
 
 def bench_spec(target: Engine, draft: Engine, alphas=(0.6, 0.8, 0.9), ks=(2, 4, 6, 8), n_tokens: int = 400,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import os
@@ -12,27 +13,20 @@ from pathlib import Path
 
 import torch
 
-# Random-init configs (Llama-3-8B = the Llama-3.1-8B shape with llama3 RoPE scaling; published architecture hyper-parameters; no hub access on the device).
-QWEN2_7B = {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-                "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768,
-                "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
-LLAMA3_8B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
-                 "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
-                 "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "rope_theta": 500000.0,
-                 "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                               "original_max_position_embeddings": 8192}}
-QWEN2_0_5B = {"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
-                  "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
-                  "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
+from workbench.models.random_init import RANDOM_CONFIGS, build_random_model
+from workbench.models.random_init import hf_config as _hf_config
+
+# The published shapes live in the package (workbench.models.random_init.RANDOM_CONFIGS, also reachable
+# as load_model("random:<name>")); these are copies, so a smoke run may shrink them in place.
+QWEN2_7B = copy.deepcopy(dict(RANDOM_CONFIGS["qwen2-7b"]))
+LLAMA3_8B = copy.deepcopy(dict(RANDOM_CONFIGS["llama3-8b"]))
+QWEN2_0_5B = copy.deepcopy(dict(RANDOM_CONFIGS["qwen2-0.5b"]))
 CONFIGS = {"qwen2-7b": QWEN2_7B, "llama3-8b": LLAMA3_8B, "qwen2-0.5b": QWEN2_0_5B}
 
 
 def hf_config(d: dict):
-    """An HF config object from one of the dicts above."""
-    from transformers import AutoConfig
-
-    d = dict(d)
-    return AutoConfig.for_model(d.pop("model_type"), **d)
+    """An HF config object from one of the dicts above (:func:`workbench.models.random_init.hf_config`)."""
+    return _hf_config(d)
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU only for a smoke run of the scripts
@@ -42,15 +36,10 @@ DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
 def hf_model(d: dict, device=None, dtype=None, seed: int = 0):
     """HF ``AutoModelForCausalLM`` random-initialised directly on ``device`` in ``dtype``, from
     ``torch.manual_seed(seed)`` (same device, dtype and versions -> same weights, so separate runs,
-    e.g. ``bench_mmlu --shard``, score the same model)."""
-    from transformers import AutoModelForCausalLM
-
-    device, dtype = device or DEVICE, dtype or DTYPE
-    with torch.random.fork_rng(devices=[torch.device(device)] if torch.device(device).type == "cuda" else []):
-        torch.manual_seed(seed)  # (inside fork_rng: the caller's RNG state is left as it was)
-        with torch.device(device):
-            m = AutoModelForCausalLM.from_config(hf_config(d), dtype=dtype)
-    return m.eval()
+    e.g. ``bench_mmlu --shard``, score the same model): the package's
+    :func:`workbench.models.random_init.build_random_model`, which also refuses a shape that does
+    not fit in the device's free memory."""
+    return build_random_model(d, torch.device(device or DEVICE), dtype or DTYPE, seed)
 
 
 def sync():
@@ -101,9 +90,12 @@ def graph_ms(fn, inner: int = 20, reps: int = 10) -> float:
     return cuda_graph_ms(fn, inner=inner, reps=reps)
 
 
-def measure_floors(copy_gib: float = 4.0, n: int = 8192) -> dict:
-    """The two ceilings (METHOD.md): device-to-device copy bandwidth counting bytes read plus written,
-    and the bf16 ``n x n x n`` matmul rate on random data (cuBLAS via torch)."""
+def measure_floors(copy_gib: float = 4.0, n: int = 8192, read: bool = True) -> dict:
+    """The ceilings (METHOD.md): device-to-device copy bandwidth counting bytes read plus written, the read
+    bandwidth (best of a streaming-read Triton kernel, cuBLAS GEMV and the engine's bf16 GEMV over a 1.09 GB
+    weight, each over rotating copies so L2 cannot help: :func:`workbench.kernels.bandwidth.measure_read_bw`),
+    and the bf16 ``n x n x n`` matmul rate on random data (cuBLAS via torch). ``bw_Bps`` is the higher of the
+    read and copy bandwidths (``bw_source`` says which): every decode floor divides by it."""
     if DEVICE != "cuda":
         copy_gib, n = 0.05, 512
     numel = int(copy_gib * 2**30) // 2
@@ -116,8 +108,16 @@ def measure_floors(copy_gib: float = 4.0, n: int = 8192) -> dict:
     b = torch.randn(n, n, device=DEVICE, dtype=DTYPE)
     mm_ms = wall_ms(lambda: a @ b, reps=10, warmup=3)
     flops = 2 * n**3 / (mm_ms * 1e-3)
-    return {"copy_bw_Bps": copy_bw, "copy_ms": ms, "copy_bytes": 4 * numel, "matmul_flops": flops,
-            "matmul_ms": mm_ms, "matmul_n": n}
+    out = {"copy_bw_Bps": copy_bw, "copy_ms": ms, "copy_bytes": 4 * numel, "matmul_flops": flops,
+           "matmul_ms": mm_ms, "matmul_n": n, "bw_Bps": copy_bw, "bw_source": "copy"}
+    if read and DEVICE == "cuda":
+        from workbench.kernels.bandwidth import measure_read_bw
+
+        rd = measure_read_bw()
+        out.update(read_bw_Bps=rd["read_bw_Bps"], read_probes=rd)
+        if rd["read_bw_Bps"] > copy_bw:
+            out.update(bw_Bps=rd["read_bw_Bps"], bw_source=f"read ({rd['read_bw_probe']})")
+    return out
 
 
 def environment() -> dict:
@@ -148,3 +148,83 @@ class Recorder:
         self.data[key] = value
         self.path.write_text(json.dumps(self.data, indent=1, default=str))
         print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value, default=str)[:600]}", flush=True)
+
+
+def _warm_inputs(n, k, m, prologue, res, rope_d, dt=torch.bfloat16):
+    """Random operands of one kernel call (on CUDA), shaped as the engine passes them."""
+    x = torch.randn(m, 2 * k if prologue == "swiglu" else k, device="cuda", dtype=dt)
+    nw = torch.rand(k, device="cuda", dtype=dt) + 0.5
+    r = torch.randn(m, n, device="cuda", dtype=dt) if res else None
+    rope = None
+    if rope_d:
+        n_heads = n // rope_d - 2
+        cache = torch.zeros(1, 1, 16, rope_d, device="cuda", dtype=dt)
+        rope = (torch.randn(n, device="cuda", dtype=dt), torch.rand(16, rope_d, device="cuda"),
+                torch.rand(16, rope_d, device="cuda"), torch.tensor([3], device="cuda"),
+                torch.tensor([0], device="cuda"), cache, cache.clone(), n_heads, 1)
+    return x, nw, r, rope
+
+
+def _warm(jobs) -> int:
+    """Worker of :func:`precompile`: launch each job once so its kernel lands in Triton's on-disk cache. A job is
+    ``(kind, n, k, m, prologue, residual, rope_head_dim, cfg)`` with kind "dense" / "int4" (the few-row GEMMs of
+    :mod:`workbench.kernels.rows`), "gemv" (the bf16 one-row GEMV) or "w4gemv" (the INT4 CUDA-core GEMV)."""
+    from workbench.kernels import gemv, rows, w4a16
+
+    done = 0
+    for kind, n, k, m, pro, res, rope_d, cfg in jobs:
+        x, nw, r, rope = _warm_inputs(n, k, m, pro, res, rope_d)
+        try:
+            if kind == "dense" or kind == "gemv":
+                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                if kind == "dense":
+                    rows.gemm(x, w, pro, nw, 1e-6, r, cfg, rope)
+                elif rope is not None:
+                    gemv.gemv_qkv_rope(x, w, nw, 1e-6, *rope, cfg=cfg)
+                else:
+                    gemv.gemv(x, w, pro, nw, 1e-6, r, cfg)
+            else:
+                qw = torch.randint(-2**31, 2**31 - 1, (n, k // 8), device="cuda", dtype=torch.int32)
+                s = torch.rand(k // 128, n, device="cuda", dtype=torch.bfloat16)
+                z = torch.full_like(s, 8.0)
+                if kind == "int4":
+                    rows.gemm_int4(x, qw, s, z, 128, n, pro, nw, 1e-6, r, cfg, rope)
+                else:
+                    w4a16.gemv(x, qw, s, z, 128, n, cfg)
+            done += 1
+        except Exception as e:  # noqa: BLE001 - a configuration that does not compile is skipped by the tuners too
+            print(f"precompile: {kind} N={n} K={k} M={m} {pro} {cfg}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+    torch.cuda.synchronize()
+    return done
+
+
+def _variant(job) -> tuple:
+    """What decides the compiled variant of a few-row GEMM job (N and K only through divisibility), so that jobs
+    compiling the same kernel are launched once; other kinds are kept as they are."""
+    kind, n, k, m, pro, res, rope_d, cfg = job
+    if kind not in ("dense", "int4"):
+        return job
+    m_pad = max(16, 1 << (m - 1).bit_length())
+    split = cfg[1] if kind == "int4" else cfg[2]
+    tile = (cfg[0],) + tuple(cfg[2:]) if kind == "int4" else tuple(cfg[:2]) + tuple(cfg[3:])
+    return (kind, m_pad, pro, res, rope_d, tile, split > 1, n % cfg[0] == 0,
+            k % (128 if kind == "int4" else cfg[1]) == 0, m == 1 and pro == "rmsnorm")
+
+
+def precompile(jobs: list, procs: int = 14) -> dict:
+    """Compile every kernel variant in ``jobs`` (see :func:`_warm`) in ``procs`` processes at once, so the
+    benchmark's own first launches hit Triton's on-disk cache; returns ``{"jobs", "compiled", "s"}``."""
+    import multiprocessing as mp
+
+    t0 = time.perf_counter()
+    seen, uniq = set(), []
+    for j in sorted(set(jobs), key=str):
+        key = _variant(j)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(j)
+    jobs = uniq
+    chunks = [c for c in (jobs[i::procs] for i in range(procs)) if c]
+    with mp.get_context("spawn").Pool(len(chunks)) as pool:
+        done = sum(pool.map(_warm, chunks))
+    return {"jobs": len(jobs), "compiled": done, "s": time.perf_counter() - t0}

@@ -27,6 +27,8 @@ SHOTS = [int(s) for s in os.getenv("WB_SHOTS", "0,1,2,3,4,5" if FULL else "0,5")
 SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated subset, or None for all 57
 BATCH_SIZE = int(os.getenv("WB_BATCH_SIZE", 8))
 SEED = 0
+DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
+DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
 if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: a few questions, a few subjects
     N_PER_SUBJECT, SHOTS, SUBJECTS = 2, [0, 5], SUBJECTS or "anatomy,astronomy,virology,marketing"
 
@@ -37,12 +39,15 @@ import torch
 import workbench.notebook as wbn
 from workbench import results
 from workbench.data import load_mmlu, sample_mmlu
+from workbench.device import describe, resolve
 from workbench.eval.mmlu import run_mmlu, summarize_mmlu
 from workbench.eval.plots import plot_mmlu_by_shots, plot_mmlu_subjects
 from workbench.models import load_model, provenance_of
 
 wbn.setup()
 torch.manual_seed(SEED)
+device, dtype = resolve(DEVICE, DTYPE)
+print(describe(device, dtype))
 
 # %% [markdown]
 # ## Load the model
@@ -51,7 +56,7 @@ torch.manual_seed(SEED)
 # scores than the published ones.
 
 # %%
-model, tok = load_model(MODEL)
+model, tok = load_model(MODEL, dtype=dtype, device=device)
 pd.Series(provenance_of(model))
 
 # %%

@@ -48,6 +48,8 @@ SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated MMLU subset, or a
 GRID = os.getenv("WB_QUANT_GRID", "full" if FULL else "demo")
 N_CALIB = int(os.getenv("WB_N_CALIB", "32"))  # AWQ/GPTQ calibration windows of CALIB_LEN tokens
 CALIB_LEN = int(os.getenv("WB_CALIB_LEN", "256"))
+DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
+DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
 if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: two RTN configs, few tokens, 2x2 MMLU questions
     N_TOKENS, SEQ_LEN, N_QUESTIONS, GRID = 256, 128, 2, "smoke"
     SUBJECTS = SUBJECTS or "astronomy,marketing"
@@ -59,6 +61,7 @@ import pandas as pd
 import torch
 
 import workbench.notebook as wbn
+from workbench.device import describe, resolve
 from workbench.models import load_model, provenance_of
 from workbench.quant import QuantConfig, footprint, quantize, run_quant_sweep
 from workbench.quant import plots as qp
@@ -66,7 +69,9 @@ from workbench.quant.widgets import quant_explorer
 
 wbn.setup()
 torch.manual_seed(0)
-model, tok = load_model(MODEL)
+device, dtype = resolve(DEVICE, DTYPE)
+print(describe(device, dtype))  # the speed columns' floors: workbench.device.floors_line(device)
+model, tok = load_model(MODEL, dtype=dtype, device=device)
 pd.Series({**provenance_of(model), **footprint(model)})
 
 # %% [markdown]

@@ -40,11 +40,14 @@ RUN_REAL_LOOP = os.getenv("WB_RUN_REAL_LOOP", "1") == "1"
 LOOP_REQUESTS = int(os.getenv("WB_LOOP_REQUESTS", 4 if SMOKE else 24))
 LOOP_RATE = float(os.getenv("WB_LOOP_RATE", 0.3))  # req/s on the CPU
 SEED = int(os.getenv("WB_SEED", 0))
+DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
+DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
 
 # %%
 import torch
 from IPython.display import display
 
+from workbench.device import describe, resolve
 from workbench.models import load_model
 from workbench.notebook import setup
 from workbench.pd import CostModel, HardwareSpec, ModelSpec, plots
@@ -66,6 +69,8 @@ from workbench.pd.widgets import policy_explorer
 
 setup()
 torch.set_num_threads(1)
+device, dtype = resolve(DEVICE, DTYPE)
+print(describe(device, dtype))
 
 # %% [markdown]
 # ## 1 · Profile on this machine
@@ -74,8 +79,8 @@ torch.set_num_threads(1)
 # process (`CPUClock`), so other jobs on a shared machine do not inflate them.
 
 # %%
-model, tok = load_model(MODEL)
-hw_here = HardwareSpec.measure("cpu", copy_mb=16 if SMOKE else 64)
+model, tok = load_model(MODEL, dtype=dtype, device=device)
+hw_here = HardwareSpec.measure(device, copy_mb=16 if SMOKE else 64)
 spec_here = ModelSpec.from_hf_config(model.config, name=MODEL,
                                      bytes_per_param=next(model.parameters()).element_size(),
                                      bytes_per_kv=next(model.parameters()).element_size())

@@ -2,19 +2,20 @@
 softmax reference, and the engine with the kernel against the engine with SDPA, through Triton's CPU
 interpreter (``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1`` before triton is imported)."""
 
-import os
-
 import pytest
 import torch
 
 pytest.importorskip("triton")
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("needs TRITON_INTERPRET=1 on a machine without a GPU", allow_module_level=True)
 
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from workbench.engine import Engine
+from workbench.kernels import common
 from workbench.kernels.attention import decode_attention, decode_attention_ref
+
+DEV = "cpu" if common.interpret() else "cuda"  # the compiled kernel on a GPU machine
+if DEV == "cuda" and not torch.cuda.is_available():
+    pytest.skip("no GPU and TRITON_INTERPRET is not set", allow_module_level=True)
 
 KV, D, MAX_BATCH, S_CACHE = 2, 64, 3, 80
 
@@ -44,7 +45,7 @@ def _case(g, t, seed=0):
 def test_kernel_matches_reference(g, t, splits):
     q, k, v, slots, qpos = _case(g, t)
     ref = decode_attention_ref(q, k, v, slots, qpos)
-    out = decode_attention(q, k, v, slots, qpos, num_splits=splits)
+    out = decode_attention(*(a.to(DEV) for a in (q, k, v, slots, qpos)), num_splits=splits).cpu()
     assert torch.isfinite(out).all()  # no NaN column was read
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)  # fp32: measured max error ~5e-7
     # the length-1 row attends to its single key: the output is that key's value
@@ -56,7 +57,7 @@ def test_kernel_half_precision_close_to_fp32_reference():
     bf16 path is checked on the GPU by benchmarks/check_decode_attention.py)."""
     q, k, v, slots, qpos = _case(3, 5, seed=1)
     ref = decode_attention_ref(q, k, v, slots, qpos)
-    out = decode_attention(q.half(), k.half(), v.half(), slots, qpos, num_splits=3)
+    out = decode_attention(*(a.to(DEV) for a in (q.half(), k.half(), v.half(), slots, qpos)), num_splits=3).cpu()
     assert out.dtype == torch.float16
     # inputs rounded to fp16 (rel. 2^-11), P rounded to fp16 before P @ V, fp32 accumulation
     torch.testing.assert_close(out.float(), ref, atol=5e-3, rtol=5e-3)
@@ -68,10 +69,12 @@ def test_engine_with_kernel_equals_engine_with_sdpa():
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = LlamaForCausalLM(cfg).eval()
-    plain = Engine.from_hf(model, max_batch=3, max_seq=40)
-    fast = Engine.from_hf(model, max_batch=3, max_seq=40)
-    assert plain.decode_attention is None  # CPU default: SDPA
+    model = LlamaForCausalLM(cfg).eval().to(DEV)
+    plain = Engine.from_hf(model, max_batch=3, max_seq=40, use_graphs=False)
+    fast = Engine.from_hf(model, max_batch=3, max_seq=40, use_graphs=False)
+    for e in (plain, fast):
+        e.set_fused_gemv(False)  # the same matmuls in both: only attention differs
+    plain.decode_attention = None  # SDPA with a mask
     fast.decode_attention = decode_attention
     gen = torch.Generator().manual_seed(1)
     slots = [2, 0]
@@ -80,8 +83,8 @@ def test_engine_with_kernel_equals_engine_with_sdpa():
              (torch.randint(0, 128, (2, 1), generator=gen), torch.tensor([1, 1])),
              (torch.randint(0, 128, (2, 5), generator=gen), torch.tensor([5, 2]))]
     for toks, nv in steps:
-        a = plain.extend_batch(slots, toks, nv)
-        b = fast.extend_batch(slots, toks, nv)
+        a = plain.extend_batch(slots, toks, nv).cpu()
+        b = fast.extend_batch(slots, toks, nv).cpu()
         for i in range(2):
             n = int(nv[i])
             torch.testing.assert_close(b[i, :n], a[i, :n], atol=1e-5, rtol=1e-5)

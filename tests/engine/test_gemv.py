@@ -1,24 +1,29 @@
-"""The fused one-row GEMV (:mod:`workbench.kernels.gemv`) against plain torch, run by Triton's CPU
-interpreter (``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1``), and the engine's fused decode
-path against its unfused path and HF.
+"""The fused one-row GEMV (:mod:`workbench.kernels.gemv`) against plain torch, and the engine's fused decode
+path against its unfused path and HF: through Triton's CPU interpreter on a machine without a GPU
+(``tests/engine/conftest.py`` sets ``TRITON_INTERPRET=1``), the compiled kernels on CUDA otherwise.
 
 The interpreter rounds float32 -> bf16 by truncation (the GPU rounds to nearest even), so bf16 results
 are compared within a few bf16 ulps of the HF-order oracle; float32 ones within float32 summation noise.
 """
 
-import os
-
 import pytest
 import torch
 
 pytest.importorskip("triton")
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("needs TRITON_INTERPRET=1 on a machine without a GPU", allow_module_level=True)
 
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from workbench.engine import Engine
-from workbench.kernels import gemv
+from workbench.kernels import common, gemv
+
+DEV = "cpu" if common.interpret() else "cuda"
+if DEV == "cuda" and not torch.cuda.is_available():
+    pytest.skip("no GPU and TRITON_INTERPRET is not set", allow_module_level=True)
+
+
+def _d(*ts):
+    """The tensors on the kernels' device (None stays None)."""
+    return [None if t is None else t.to(DEV) for t in ts]
 
 EPS = 1e-6
 
@@ -36,7 +41,7 @@ def test_gemv_matches_hf_order(n, k, pro, res, cfg):
         x = torch.randn(1, 2 * k if pro == "swiglu" else k, generator=g).to(dt)
         nw = (torch.rand(k, generator=g) + 0.5).to(dt)
         r = torch.randn(1, n, generator=g).to(dt) if res else None
-        out = gemv.gemv(x, w, pro, nw, EPS, r, cfg)
+        out = gemv.gemv(*_d(x, w), pro, *_d(nw), EPS, *_d(r), cfg).cpu()
         ref = gemv.reference(x, w, pro, nw, EPS, r)  # HF's order and roundings
         assert out.dtype == dt and out.shape == (1, n)
         # relative error (norm) within tol: float32 summation order; bf16 a few truncated roundings
@@ -67,16 +72,17 @@ def _reference_truncating(x, w, prologue, nw, residual):
 def test_gemv_bf16_rounds_where_hf_rounds(pro, cfg):
     """bf16: the kernel rounds exactly where HF does (RMSNorm output, its product with the weight, SiLU
     output, gate*up, the GEMV output before the residual add). With the interpreter's truncating
-    conversion on both sides, at least 95% of outputs are bit-equal and none is more than 1 bf16 ulp off
-    (split-K sums in another order); dropping any one of those roundings breaks this."""
+    conversion on both sides (on the GPU: round-to-nearest on both sides), at least 95% of outputs are
+    bit-equal and none is more than 1 bf16 ulp off (split-K sums in another order); dropping any one of those
+    roundings breaks this."""
     g = torch.Generator().manual_seed(11)
     n, k = 64, 256
     w = (torch.randn(n, k, generator=g) / 10).to(torch.bfloat16)
     x = torch.randn(1, 2 * k if pro == "swiglu" else k, generator=g).to(torch.bfloat16)
     nw = (torch.rand(k, generator=g) + 0.5).to(torch.bfloat16)
     for r in (None, torch.randn(1, n, generator=g).to(torch.bfloat16)):
-        out = gemv.gemv(x, w, pro, nw, EPS, r, cfg).float()
-        ref = _reference_truncating(x, w, pro, nw, r).float()
+        out = gemv.gemv(*_d(x, w), pro, *_d(nw), EPS, *_d(r), cfg).float().cpu()
+        ref = (_reference_truncating(x, w, pro, nw, r) if DEV == "cpu" else gemv.reference(x, w, pro, nw, EPS, r)).float()
         diff = (out - ref).abs()
         assert float((diff == 0).float().mean()) >= 0.95
         assert bool((diff <= ref.abs() * 2.0**-7 + 1e-30).all())
@@ -86,25 +92,25 @@ def test_gemv_split_k_counters_reset():
     """Two launches in a row of a split-K configuration give the same answer (the ticket counters are
     left at zero by the last split)."""
     g = torch.Generator().manual_seed(3)
-    w, x = torch.randn(32, 256, generator=g), torch.randn(1, 256, generator=g)
+    w, x = _d(torch.randn(32, 256, generator=g), torch.randn(1, 256, generator=g))
     a = gemv.gemv(x, w, cfg=(8, 32, 4, 4))
     b = gemv.gemv(x, w, cfg=(8, 32, 4, 4))
     torch.testing.assert_close(a, b)
-    torch.testing.assert_close(a, x @ w.t(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(a.cpu(), x.cpu() @ w.cpu().t(), atol=1e-4, rtol=1e-4)
 
 
 def test_gemv_bad_input_names_the_fix():
-    w = torch.randn(8, 16)
+    w = torch.randn(8, 16, device=DEV)
     with pytest.raises(ValueError, match="one row"):
-        gemv.gemv(torch.randn(2, 16), w)
+        gemv.gemv(torch.randn(2, 16, device=DEV), w)
     with pytest.raises(ValueError, match="prologue"):
-        gemv.gemv(torch.randn(1, 16), w, "layernorm")
+        gemv.gemv(torch.randn(1, 16, device=DEV), w, "layernorm")
     with pytest.raises(ValueError, match="norm_weight"):
-        gemv.gemv(torch.randn(1, 16), w, "rmsnorm")
+        gemv.gemv(torch.randn(1, 16, device=DEV), w, "rmsnorm")
     with pytest.raises(ValueError, match="one row of 32"):
-        gemv.gemv(torch.randn(1, 16), w, "swiglu")
+        gemv.gemv(torch.randn(1, 16, device=DEV), w, "swiglu")
     with pytest.raises(ValueError, match="contiguous"):
-        gemv.gemv(torch.randn(1, 8), torch.randn(8, 16).t())
+        gemv.gemv(torch.randn(1, 8, device=DEV), torch.randn(8, 16, device=DEV).t())
 
 
 SMALL = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -122,13 +128,14 @@ def test_engine_fused_decode_equals_unfused_and_hf(arch):
     with torch.no_grad():
         for p in model.parameters():  # HF zero-inits biases and sets norms to 1: make every term count
             p.add_(torch.randn(p.shape) * 0.05)
-    ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(1))
+    model = model.to(DEV)
+    ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(1)).to(DEV)
     with torch.no_grad():
         ref = model(ids).logits[0]  # [12, V]
     outs = []
     for fused in (False, True):
         e = Engine.from_hf(model, max_batch=1, max_seq=32)
-        assert e.set_fused_gemv(fused) is fused
+        assert e.set_fused_gemv(fused, max_rows=1) is fused
         r = e.runner()
         first = r.extend(ids[0, :8])  # prefill: 8 rows, never the one-row path
         steps = [r.extend(ids[0, i: i + 1]) for i in range(8, 12)]  # four one-row decode steps
@@ -155,7 +162,9 @@ def test_gemv_qkv_rope_equals_norm_gemv_then_rope_cache(bias, cfg):
     caches = [torch.zeros(mb, kv, s_cache, d) for _ in range(4)]
     qkv = ops.add_rmsnorm(x, None, nw, EPS)[0] @ w.t()
     q_ref = ops.qkv_rope_cache(qkv, b, cos, sin, wpos, slots, 1, caches[0], caches[1], h, kv)
-    q = gemv.gemv_qkv_rope(x, w, nw, EPS, b, cos, sin, wpos, slots, caches[2], caches[3], h, kv, cfg=cfg)
+    dc = _d(caches[2], caches[3])
+    q = gemv.gemv_qkv_rope(*_d(x, w, nw), EPS, *_d(b, cos, sin, wpos, slots), dc[0], dc[1], h, kv, cfg=cfg).cpu()
+    caches[2], caches[3] = dc[0].cpu(), dc[1].cpu()
     assert q.shape == q_ref.shape == (1, kv, h // kv, d)
     torch.testing.assert_close(q, q_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(caches[2], caches[0], atol=1e-5, rtol=1e-5)  # k written at [slot 2, :, 11]
@@ -164,20 +173,20 @@ def test_gemv_qkv_rope_equals_norm_gemv_then_rope_cache(bias, cfg):
 
 
 def test_gemv_qkv_rope_bad_input_names_the_fix():
-    w, x = torch.randn(64, 8), torch.randn(1, 8)
-    kc = torch.zeros(1, 1, 4, 16)
-    args = (x, w, torch.ones(8), EPS, None, torch.ones(4, 16), torch.zeros(4, 16), torch.tensor([0]),
-            torch.tensor([0]), kc, kc.clone())
+    w, x = _d(torch.randn(64, 8), torch.randn(1, 8))
+    kc = torch.zeros(1, 1, 4, 16, device=DEV)
+    args = (x, w, *_d(torch.ones(8)), EPS, None, *_d(torch.ones(4, 16), torch.zeros(4, 16), torch.tensor([0]),
+                                                      torch.tensor([0])), kc, kc.clone())
     for bad in ((32, 8, 1, 4), (6, 8, 1, 4)):
         with pytest.raises(ValueError, match="power of two"):
             gemv.gemv_qkv_rope(*args, 2, 1, cfg=bad)
     with pytest.raises(ValueError, match="multiple of n_kv"):
-        gemv.gemv_qkv_rope(x, torch.randn(16 * 7, 8), *args[2:], 3, 2)
+        gemv.gemv_qkv_rope(x, torch.randn(16 * 7, 8, device=DEV), *args[2:], 3, 2)
 
 
 def test_engine_refuses_fused_path_it_cannot_run():
     """head_dim without a power-of-two divisor >= 4 (here 6): unfused path, and set_fused_gemv says so."""
-    model = LlamaForCausalLM(LlamaConfig(**{**SMALL, "hidden_size": 24})).eval()  # 4 heads of 6
+    model = LlamaForCausalLM(LlamaConfig(**{**SMALL, "hidden_size": 24})).eval().to(DEV)  # 4 heads of 6
     e = Engine.from_hf(model, max_batch=1, max_seq=16)
     assert e.set_fused_gemv(True) is False and e.gemv1 is None
     assert torch.isfinite(e.runner().extend(torch.arange(3))).all()
@@ -198,7 +207,7 @@ def test_tune_takes_the_fastest_correct_config_and_caches_it(monkeypatch):
     monkeypatch.setattr(gemv, "_BEST", {})
     _fake_timer(monkeypatch, lambda cfg: {(8, 32, 1, 4): 3.0, (16, 32, 2, 4): 2.0, (4, 32, 4, 4): 5.0}[cfg])
     g = torch.Generator().manual_seed(2)
-    w, x, nw = torch.randn(32, 64, generator=g), torch.randn(1, 64, generator=g), torch.rand(64, generator=g) + 0.5
+    w, x, nw = _d(torch.randn(32, 64, generator=g), torch.randn(1, 64, generator=g), torch.rand(64, generator=g) + 0.5)
     timings: dict = {}
     cfgs = [(8, 32, 1, 4), (16, 32, 2, 4), (4, 32, 4, 4), (3, 32, 1, 4)]  # the last fails to compile
     best = gemv.tune(x, w, "rmsnorm", nw, EPS, configs=cfgs, l2_bytes=0, timings=timings)
@@ -213,12 +222,12 @@ def test_tune_rope_keeps_only_tiles_inside_a_head(monkeypatch):
     _fake_timer(monkeypatch, lambda cfg: 1.0 / cfg[0])  # bigger tiles "faster": 32 would win if allowed
     h, kv, d, hid = 2, 1, 16, 32
     g = torch.Generator().manual_seed(4)
-    w, x = torch.randn((h + 2 * kv) * d, hid, generator=g), torch.randn(1, hid, generator=g)
-    cache = torch.zeros(1, kv, 8, d)
-    rope = (None, torch.ones(8, d), torch.zeros(8, d), torch.tensor([3]), torch.tensor([0]), cache, cache.clone(),
+    w, x = _d(torch.randn((h + 2 * kv) * d, hid, generator=g), torch.randn(1, hid, generator=g))
+    cache = torch.zeros(1, kv, 8, d, device=DEV)
+    rope = (None, *_d(torch.ones(8, d), torch.zeros(8, d), torch.tensor([3]), torch.tensor([0])), cache, cache.clone(),
             h, kv)
     timings: dict = {}
-    best = gemv.tune(x, w, "rmsnorm", torch.ones(hid), EPS, configs=[(4, 32, 1, 4), (16, 32, 1, 4), (32, 32, 1, 4)],
+    best = gemv.tune(x, w, "rmsnorm", torch.ones(hid, device=DEV), EPS, configs=[(4, 32, 1, 4), (16, 32, 1, 4), (32, 32, 1, 4)],
                      l2_bytes=0, timings=timings, rope=rope)
     assert best == (16, 32, 1, 4) and (32, 32, 1, 4) not in timings
 

@@ -33,7 +33,7 @@ def test_presets_match_published_param_counts():
     assert ModelSpec.from_name("qwen2-7b").n_params == 7_615_616_512
     assert ModelSpec.from_name("llama-3-8b").n_params == 8_030_261_248
     assert ModelSpec.from_name("llama-3-8b").kv_bytes_per_token == 131072  # 2*32*8*128*2
-    with pytest.raises(ValueError, match="did you mean 'qwen2-7b'"):
+    with pytest.raises(ValueError, match="Did you mean 'qwen2-7b'"):
         ModelSpec.from_name("qwen2-7")
 
 
@@ -120,7 +120,7 @@ def test_hardware_presets_and_errors():
     h200 = HardwareSpec.from_name("H200")
     assert (h200.hbm_gbs, h200.mem_gb, h200.bf16_flops) == (4800, 141, 989.4e12)
     assert h200.ridge_flops_per_byte == pytest.approx(206.1, rel=1e-3)
-    with pytest.raises(ValueError, match="did you mean 'h200'"):
+    with pytest.raises(ValueError, match="Did you mean 'h200'"):
         HardwareSpec.from_name("h20")
     with pytest.raises(ValueError, match="hbm_gbs"):
         HardwareSpec("x", hbm_gbs=0, bf16_flops=1, mem_gb=1, link_gbs=1)

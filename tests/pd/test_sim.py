@@ -139,7 +139,7 @@ def test_gamma_arrivals_have_requested_rate_and_cv():
     (lambda: SLO(tpot_ms=-5), "tpot_ms"),
     (lambda: SimConfig(n_instances=0), "n_instances"),
     (lambda: SimConfig(policy="disaggregated", n_decode=0), "n_decode"),
-    (lambda: SimConfig(policy="disagregated"), "did you mean 'disaggregated'"),
+    (lambda: SimConfig(policy="disagregated"), "Did you mean 'disaggregated'"),
     (lambda: LengthDist("uniform", low=10, high=5), "low"),
     (lambda: simulate(one_request(100, 50), SimConfig(kv_capacity_tokens=120), TOY), "kv_capacity_tokens"),
 ])

@@ -24,23 +24,22 @@ Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row'
 from __future__ import annotations
 
 import math
-import os
-import warnings
 
 import torch
 import torch.nn.functional as F
 
+from workbench.engine import dispatch
 from workbench.engine.ops import get_ops
 from workbench.engine.spec import ModelSpec, rope_tables, round_up
-from workbench.engine.weights import Dense, ModelWeights, random_weights, weights_from_hf
+from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
 
 
 def default_w4a16_backend(device: torch.device) -> str:
-    """``"triton:tinygemm"`` on CUDA (our Triton GEMV for one-row decode steps, torch's tinygemm for
-    more rows), ``"tinygemm"`` if triton does not import, ``"dequant"`` on CPU. Measured on the H200
-    (benchmarks/RESULTS.md): the Triton GEMV is the fastest correct INT4 kernel at M = 1, tinygemm at
-    M = 4; gemlite is faster for M >= 8 but returned NaN in one engine configuration (cause not
-    established), so it is opt-in (``"triton:gemlite"``)."""
+    """``"triton:tinygemm"`` on CUDA (the Triton kernels for steps of up to 64 token rows: the tensor-core GEMM
+    of :mod:`workbench.kernels.rows` where the group size is a multiple of 128, else the CUDA-core GEMV for one
+    row; torch's tinygemm for more rows, i.e. prefill), ``"tinygemm"`` if triton does not import, ``"dequant"``
+    on CPU. gemlite (``"triton:gemlite"``) is opt-in: it returned NaN in one engine configuration on the H200
+    (cause not established, ``benchmarks/RESULTS.md``)."""
     if device.type != "cuda":
         return "dequant"
     try:
@@ -111,51 +110,25 @@ class Engine:
         # attention of small steps (T <= graph_max_t): Triton decode kernel on CUDA, else None = SDPA;
         # set before graphs are captured (a captured graph keeps the choice)
         self.decode_attention = _decode_attention_kernel(device, spec.head_dim)
-        # one-row steps: fused bf16 GEMVs (None = cuBLAS + the separate norm/activation kernels)
-        self.gemv1 = None
+        # steps of few rows: matmuls with the small operations fused in (None = the unfused path)
+        self.fused: dispatch.FusedMatmuls | None = None
         self.set_fused_gemv(device.type == "cuda")
 
-    def set_fused_gemv(self, on: bool) -> bool:
-        """Use the fused one-row GEMVs of :mod:`workbench.kernels.gemv` for steps of one token (decode at
-        batch 1) if ``on`` and the model allows it (every matmul dense, no o_proj bias, triton imports);
-        returns whether they are now in use. Tunes the GEMVs for this model's shapes on CUDA (outside
-        graph capture) and drops captured graphs, which keep the old choice. On CPU they run only under
+    @property
+    def gemv1(self):
+        """The fused calls in use (:class:`~workbench.engine.dispatch.FusedMatmuls`), or None."""
+        return self.fused
+
+    def set_fused_gemv(self, on: bool, max_rows: int | None = None, min_rows: int | None = None) -> bool:
+        """Run steps of ``min_rows`` to ``max_rows`` token rows (default :func:`~workbench.engine.dispatch.
+        default_rows`: bf16 1..1, W4A16 2..64) through the fused kernels of :mod:`workbench.engine.dispatch`
+        (RMSNorm, SwiGLU, residual adds and, for one row, RoPE + KV write inside the matmuls) if ``on`` and the
+        model allows it. Returns whether they are now in use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph
+        capture) and drops captured graphs, which keep the old choice. On CPU they run only under
         ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
-        self.gemv1 = None
-        if not on or not all(isinstance(m, Dense) for m in self.w.matmuls()):
-            return False
-        if any(lw.bo is not None for lw in self.w.layers) or self.spec.head_dim % 4:
-            return False  # (the fused RoPE epilogue needs head_dim divisible by a power of two >= 4)
-        if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            return False
-        try:
-            from workbench.kernels import gemv
-        except ImportError:
-            return False
-        if self.device.type == "cuda":
-            try:
-                self._tune_gemv1(gemv)
-            except Exception as e:  # noqa: BLE001 - a GPU/Triton combination it does not compile for
-                warnings.warn(f"fused GEMVs off (the unfused path is used): tuning failed with "
-                              f"{type(e).__name__}: {str(e)[:300]}", stacklevel=2)
-                return False
-        self.gemv1 = gemv
-        return True
-
-    def _tune_gemv1(self, gemv) -> None:
-        """Time the launch configurations of the five one-row GEMV calls of a step (random activations)."""
-        s, lw, dev, dt = self.spec, self.w.layers[0], self.device, self.dtype
-        hid = torch.randn(1, s.hidden_size, device=dev, dtype=dt)
-        with torch.no_grad():
-            scratch = torch.tensor([self.scratch], device=dev)  # the cache's scratch column
-            gemv.tune(hid, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps,
-                      rope=(lw.bqkv, self.cos, self.sin, scratch, torch.zeros(1, dtype=torch.int64, device=dev),
-                            self.k_cache[0], self.v_cache[0], s.n_heads, s.n_kv_heads))
-            gemv.tune(torch.randn(1, s.n_heads * s.head_dim, device=dev, dtype=dt), lw.wo.w, residual=hid)
-            gemv.tune(hid, lw.wgu.w, "rmsnorm", lw.ln2, s.rms_eps)
-            gemv.tune(torch.randn(1, lw.wgu.w.shape[0], device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
-            gemv.tune(hid, self.w.lm_head.w, "rmsnorm", self.w.norm, s.rms_eps)
+        self.fused = dispatch.build(self, max_rows, min_rows=min_rows) if on else None
+        return self.fused is not None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -326,15 +299,15 @@ class Engine:
         x = self.w.embed.index_select(0, tokens.reshape(-1))  # [N, hidden]
         residual = None
         scale = 1.0 / math.sqrt(d)
-        # one-row steps on CUDA: RMSNorm, SwiGLU and the residual adds run inside the GEMVs
-        # (workbench.kernels.gemv), and x carries the residual stream itself
-        fuse = self.gemv1 is not None and n == 1
-        gv, eps = self.gemv1, s.rms_eps
+        # steps of few rows on CUDA: RMSNorm, SwiGLU and the residual adds run inside the matmuls
+        # (workbench.engine.dispatch), and x carries the residual stream itself
+        fz = self.fused if self.fused is not None and self.fused.min_rows <= n <= self.fused.max_rows else None
+        eps = s.rms_eps
         for li, lw in enumerate(self.w.layers):
             kc, vc = self.k_cache[li], self.v_cache[li]
-            if fuse:  # RMSNorm, qkv GEMV, bias, RoPE and the KV-cache write in one launch
-                q = gv.gemv_qkv_rope(x, lw.wqkv.w, lw.ln1, eps, lw.bqkv, self.cos, self.sin, wpos_f, slots, kc, vc,
-                                     s.n_heads, kvh)  # [1, KV, G, D]
+            if fz is not None:  # RMSNorm, qkv, bias, RoPE and the KV-cache write (one launch for one row)
+                q = fz.qkv_rope(lw.wqkv, x, lw.ln1, eps, lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
+                                s.n_heads, kvh)  # [B, KV, G*T, D]
             else:
                 h, residual = ops.add_rmsnorm(x, residual, lw.ln1, eps)
                 q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
@@ -348,21 +321,22 @@ class Engine:
                     kk, vv = kc[:, :, :kv_len].index_select(0, slots), vc[:, :, :kv_len].index_select(0, slots)
                 o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=scale)
             o = o.view(b, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(n, s.n_heads * d)
-            if fuse:
-                x = gv.gemv(o, lw.wo.w, residual=x)
-                x = gv.gemv(gv.gemv(x, lw.wgu.w, "rmsnorm", lw.ln2, eps), lw.wd.w, "swiglu", residual=x)
+            if fz is not None:
+                x = fz.linear(lw.wo, o, residual=x)
+                x = fz.linear(lw.wd, fz.linear(lw.wgu, x, "rmsnorm", lw.ln2, eps), "swiglu", residual=x)
                 continue
             x = lw.wo(o)
             if lw.bo is not None:
                 x = x + lw.bo
             h, residual = ops.add_rmsnorm(x, residual, lw.ln2, eps)
             x = lw.wd(ops.silu_mul(lw.wgu(h)))
-        if fuse:
-            out = gv.gemv(x, self.w.lm_head.w, "rmsnorm", self.w.norm, eps).float()
+        if last and t > 1:
+            idx = torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0)
+            x = x.index_select(0, idx)
+            residual = None if fz is not None else residual.index_select(0, idx)
+        if fz is not None:
+            out = fz.linear(self.w.lm_head, x, "rmsnorm", self.w.norm, eps).float()
         else:
-            if last:
-                idx = torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0)
-                x, residual = x.index_select(0, idx), residual.index_select(0, idx)
             h, _ = ops.add_rmsnorm(x, residual, self.w.norm, eps)
             out = self.w.lm_head(h).float()
         self._len_dev.index_add_(0, slots, n_valid)

@@ -14,10 +14,13 @@ Backends for ``y = x @ w_hat.T``:
 * ``"tinygemm"`` -- ``torch.ops.aten._weight_int4pack_mm`` (CUDA, bf16), stores
   ``w_hat = (q - 8) * scale + (8 - zero) * scale``.
 * ``"gemlite"``  -- ``gemlite.GemLiteLinear`` Triton kernels (Mobius Labs), ``w_hat = q*scale - zero*scale``.
-* ``"triton"`` -- the GEMV of :mod:`workbench.kernels.w4a16` (``M <= 4`` rows only; tuned per shape on
-  first use outside graph capture, or up front with :meth:`Int4Linear.warmup`).
-* ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- one kernel for ``M <= SMALL_M`` (= 1) rows (batch-1
-  decode), another for more rows (prefill, verify, larger batches).
+* ``"triton"`` -- the Triton kernels: for a group size that is a multiple of 128 with integer zeros, the
+  tensor-core GEMM of :mod:`workbench.kernels.rows` for ``M <= ROWS_MAX`` (= 64) rows (decode batches,
+  verify steps; it also takes the engine's fused RMSNorm / SwiGLU / residual / RoPE operations, :meth:`fused`);
+  otherwise the CUDA-core GEMV of :mod:`workbench.kernels.w4a16` for ``M <= SMALL_M`` (= 1) rows (tuned per
+  shape on first use outside graph capture, or up front with :meth:`Int4Linear.warmup`).
+* ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
+  (``"tinygemm"``, ``"gemlite"`` or ``"dequant"``) for more rows (prefill).
 """
 
 from __future__ import annotations
@@ -25,10 +28,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-KERNELS = ("tinygemm", "gemlite", "triton")  # "triton" handles M <= SMALL_M rows only
-SMALL_M = 1  # rows up to which the small-M kernel of a "small:large" backend is used (H200: the Triton
-# GEMV beats tinygemm at M = 1 only, benchmarks/RESULTS.md)
-BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite")
+KERNELS = ("tinygemm", "gemlite", "triton")  # "triton" handles few rows only
+SMALL_M = 1  # rows up to which the CUDA-core Triton GEMV is used where the tensor-core GEMM does not apply
+# (H200: it beats tinygemm at M = 1 only, benchmarks/RESULTS.md)
+ROWS_MAX = 64  # rows up to which the tensor-core GEMM is used (workbench.kernels.rows.ROWS_MAX)
+ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: on the H200 it beats the tensor-core
+# GEMM at M = 1 on every Qwen2-7B / Llama-3-8B matmul (e.g. gate_up 32.0 vs 36.6 us; benchmarks/RESULTS.md)
+LARGE = ("tinygemm", "gemlite", "dequant")  # kernels for the rows the small one does not take
+BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite", "triton:dequant")
 
 
 def quantize_rtn_int4(weight: torch.Tensor, group_size: int = 128):
@@ -78,9 +85,9 @@ class Int4Linear:
     def __init__(self, q, scales, zeros, dtype: torch.dtype, backend: str = "dequant", device=None):
         small, _, large = backend.partition(":")
         large = large or small
-        if backend != "dequant" and (small not in KERNELS or large not in KERNELS[:2]):
+        if backend != "dequant" and (small not in KERNELS or large not in LARGE):
             raise ValueError(f"backend={backend!r} unknown; use 'dequant', one of {KERNELS[:2]}, or "
-                             f"'small:large' with small in {KERNELS} and large in {KERNELS[:2]}")
+                             f"'small:large' with small in {KERNELS} and large in {LARGE}")
         device = torch.device(device) if device is not None else q.device
         n_groups = scales.shape[1]
         if scales.shape != zeros.shape or scales.shape[0] != q.shape[0] or q.shape[1] % n_groups:
@@ -97,19 +104,26 @@ class Int4Linear:
         scales = scales.to(device=device, dtype=dtype)
         zeros = zeros.to(device=device, dtype=dtype)
         self.small, self.large = small, large
-        if backend == "dequant":
+        self.small_rows = SMALL_M  # rows the small kernel takes
+        self.tc = False  # the tensor-core GEMM applies (workbench.kernels.rows)
+        if "dequant" in (small, large):
             self.q, self.scales, self.zeros = q, scales, zeros
+        if backend == "dequant":
             return
         if small == "triton":
-            from workbench.kernels.w4a16 import pack_int4_gemv
+            from workbench.kernels import rows
+            from workbench.kernels.int4_layout import pack_int4_gemv
 
             g = self.group_size
-            if g < 32 or g & (g - 1):
-                raise ValueError(f"backend {backend!r}: the Triton GEMV needs a power-of-two group_size >= 32, got {g}")
+            self.tc = rows.int4_supported(g, zeros, dtype)
+            if not self.tc and (g < 32 or g & (g - 1)):
+                raise ValueError(f"backend {backend!r}: the Triton kernels need a group_size that is a power of two "
+                                 f">= 32 or a multiple of 128, got {g}")
             self.qw = pack_int4_gemv(q, g)  # [N, K // 8] int32, shuffled within each group
             self.s_t = scales.t().contiguous()  # [K // G, N]
             self.z_t = zeros.t().contiguous()  # [K // G, N]
             self.int_zero = bool(torch.equal(zeros, zeros.round()))  # exact fast path for integer zeros
+            self.small_rows = ROWS_MAX if self.tc else SMALL_M
         if "tinygemm" in (small, large):
             packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
             self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, 8)
@@ -144,9 +158,11 @@ class Int4Linear:
         return w4a16.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, self.int_zero)
 
     def warmup(self, max_m: int = 4) -> None:
-        """Tune (and compile) the Triton GEMV for every row count 1..``max_m`` now, outside graph capture,
-        so that a later capture uses tuned configurations. No-op for other backends or off CUDA."""
-        if self.small != "triton" or self.qw.device.type != "cuda":
+        """Tune (and compile) the CUDA-core Triton GEMV for every row count 1..``max_m`` now, outside graph
+        capture, so that a later capture uses tuned configurations. No-op for other backends, off CUDA, or where
+        the tensor-core GEMM takes one-row calls too (it launches a default configuration unless
+        :func:`workbench.kernels.rows.tune` ran)."""
+        if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV):
             return
         from workbench.kernels import w4a16
 
@@ -154,10 +170,34 @@ class Int4Linear:
             if (self.out_features, self.in_features, m) not in w4a16._BEST:
                 self._tune(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
 
+    def _gemv_ok(self) -> bool:
+        g = self.group_size
+        return g >= 32 and not g & (g - 1)
+
+    def fused_max_rows(self) -> int:
+        """Rows up to which :meth:`fused` runs (0: no fused kernel for this weight)."""
+        return ROWS_MAX if self.small == "triton" and self.tc else 0
+
+    def fused(self, x: torch.Tensor, prologue: str = "none", norm_weight=None, eps: float = 1e-6, residual=None,
+              rope=None) -> torch.Tensor:
+        """``f(x) @ w_hat.T (+ residual)`` with the engine's neighbouring operations fused in
+        (:func:`workbench.kernels.rows.gemm_int4`: ``prologue`` "none" / "rmsnorm" / "swiglu", a residual, or for
+        one row the qkv bias + RoPE + KV-cache write ``rope``). ``x`` ``[M, in]`` (``[M, 2 * in]`` for
+        "swiglu"), ``M <= fused_max_rows()``. Raises ``ValueError`` where no fused kernel applies."""
+        if not self.fused_max_rows():
+            raise ValueError(f"no fused kernel for backend {self.backend!r}, group_size {self.group_size}; "
+                             "check fused_max_rows() first")
+        from workbench.kernels import rows
+
+        return rows.gemm_int4(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
+                              norm_weight, eps, residual, rope=rope)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
-        kernel = self.small if x.shape[0] <= SMALL_M else self.large
+        kernel = self.small if x.shape[0] <= self.small_rows else self.large
+        if kernel == "triton" and self.tc and not (x.shape[0] == 1 and ONE_ROW_GEMV and self._gemv_ok()):
+            return self.fused(x)
         if kernel == "triton":
             from workbench.kernels import w4a16
 
@@ -167,6 +207,8 @@ class Int4Linear:
                        else self._tune(x))
             return w4a16.gemv(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, cfg,
                               self.int_zero)
+        if kernel == "dequant":
+            return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         if kernel == "tinygemm":
             return torch.ops.aten._weight_int4pack_mm(x.contiguous(), self.packed, self.group_size,
                                                       self.scales_and_zeros)

@@ -21,6 +21,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from workbench.models import require_trained
+from workbench.validate import check_field_types
+
 __all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "token_metrics"]
 
 
@@ -33,6 +36,7 @@ class FidelityConfig:
     batch_size: int = 4  # windows per forward pass
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         for f in ("n_tokens", "seq_len", "batch_size"):
             if getattr(self, f) < (2 if f == "seq_len" else 1):
                 raise ValueError(f"{f}={getattr(self, f)} is too small; use a positive size (seq_len >= 2)")
@@ -123,6 +127,7 @@ def run_fidelity(fp_model, q_model, tok, text: str, n_tokens: int = 4096, seq_le
     import time
 
     FidelityConfig(n_tokens, seq_len, batch_size)
+    require_trained(fp_model, "fidelity (KL, top-1 agreement, perplexity)")
     t0 = time.perf_counter()
     if windows is None:
         windows = eval_windows(tok, text, n_tokens, seq_len)

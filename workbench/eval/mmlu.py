@@ -26,7 +26,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.models import require_trained
 from workbench.stats import binomial_ci
+from workbench.validate import check_field_types
 
 __all__ = ["MMLUConfig", "format_question", "run_mmlu", "subject_prefix", "summarize_mmlu"]
 
@@ -44,6 +46,7 @@ class MMLUConfig:
     reuse_prefix: bool = True  # encode each subject's few-shot prefix once and reuse its KV cache
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         if not 0 <= self.n_shot <= 5:
             raise ValueError(f"n_shot={self.n_shot} must be in 0..5 (the MMLU dev split has 5 exemplars per subject)")
         if self.n_per_subject is not None and self.n_per_subject < 1:
@@ -153,6 +156,7 @@ def run_mmlu(model, tok, questions: pd.DataFrame, dev: pd.DataFrame, n_shot: int
     from tqdm.auto import tqdm
 
     MMLUConfig(n_shot=n_shot, batch_size=batch_size)  # validates
+    require_trained(model, "MMLU")
     if "qid" not in questions:
         questions = questions.assign(qid=questions["subject"] + "/" + questions.groupby("subject").cumcount().astype(str))
     rows = []

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from workbench.kernels.gemv import use_pdl
+from workbench.kernels.common import use_pdl
 
 
 @triton.jit

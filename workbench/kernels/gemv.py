@@ -19,25 +19,23 @@ Why: the cuBLAS kernels torch picks for these shapes at M = 1 on the H200 launch
 layer (two add+RMSNorm, SiLU*up, split-K reduces) cost 10 us per layer plus their launch gaps
 (``benchmarks/RESULTS.md``, round 2 profile). Here one program = ``BLOCK_N`` rows x ``PER`` columns
 (split-K), the loop streams ``[BLOCK_N, BLOCK_K]`` tiles, accumulates in float32 elementwise and reduces
-once at the end; split-K partials are summed by the last split to arrive (device ticket, as in
-:mod:`workbench.kernels.w4a16`), so there is no second kernel. Launch configurations are timed per
+once at the end; split-K partials are summed by the last split to arrive (device ticket,
+:mod:`workbench.kernels.common`), so there is no second kernel. Launch configurations are timed per
 shape under CUDA-graph replay with cold L2 (:func:`tune`).
 
-The split-K ticket counters are one buffer per device (shared with the INT4 GEMV): kernels of one
-stream run one after another; two split-K GEMVs on different streams at once would race.
+The split-K ticket counters are one buffer per device, shared with the other kernels
+(:func:`workbench.kernels.common.split_k_locks`): one stream at a time.
 """
 
 from __future__ import annotations
-
-import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from workbench.kernels.w4a16 import _locks
+from workbench.kernels.common import interpret, rope_args, rope_rows, split_k_locks, store_row, use_pdl
+from workbench.kernels.timing import fastest_config
 
 PROLOGUES = {"none": 0, "rmsnorm": 1, "swiglu": 2}
 
@@ -96,16 +94,12 @@ def _gemv_kernel(X, W, OUT, P, LOCK, RES, NW, N, K, PER, SPLIT_K, eps,
                  D: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    if ROPE:
-        # rows of one program: BLOCK_N // 2 dims of the first half of a head and the same dims of the
-        # second half, the pairs RoPE rotates together (HF rotate_half layout)
-        HALFN: tl.constexpr = BLOCK_N // 2
-        ii = tl.arange(0, BLOCK_N)
-        head = pid_n // (D // BLOCK_N)
-        d0 = (pid_n % (D // BLOCK_N)) * HALFN
-        rn = head * D + d0 + (ii % HALFN) + (ii // HALFN) * (D // 2)
+    if ROPE:  # rows: matching dims of both halves of one head (common.rope_rows)
+        rn, head, d0 = rope_rows(pid_n, BLOCK_N, D)
     else:
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        head = 0
+        d0 = 0
     nmask = rn < N
     w_rows = W + rn.to(tl.int64)[:, None] * K
     k_begin = pid_k * PER
@@ -145,56 +139,12 @@ def _gemv_kernel(X, W, OUT, P, LOCK, RES, NW, N, K, PER, SPLIT_K, eps,
             while sk < SPLIT_K:
                 t += tl.load(P + sk * N + rn, mask=nmask, other=0.0, cache_modifier=".cg")
                 sk += 1
-            _epilogue(t, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
-                      c_sb, c_sh, c_ss, head if ROPE else 0, d0 if ROPE else 0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
+            store_row(t, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
+                      c_sb, c_sh, c_ss, head, d0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
             tl.atomic_xchg(LOCK + pid_n, 0, sem="relaxed", scope="gpu")
     else:
-        _epilogue(y, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
-                  c_sb, c_sh, c_ss, head if ROPE else 0, d0 if ROPE else 0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
-
-
-@triton.jit
-def _epilogue(y, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads, c_sb, c_sh, c_ss,
-              head, d0, HAS_RES: tl.constexpr, ROPE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
-              D: tl.constexpr):
-    """Store the float32 row block ``y`` ``[BLOCK_N]``: plain (optionally + residual), or, with ``ROPE``,
-    bias + RoPE + the KV-cache write of one token (q to ``OUT``, k and v into the caches)."""
-    ety = OUT.dtype.element_ty
-    if ROPE:
-        HALFN: tl.constexpr = BLOCK_N // 2
-        if HAS_BIAS:
-            y = y + tl.load(BIAS + rn).to(tl.float32)
-        y = y.to(ety).to(tl.float32)  # the qkv Linear's output (bias included) in the activation dtype
-        y2 = tl.reshape(y, [2, HALFN])
-        sel = tl.arange(0, 2)[:, None]
-        x1 = tl.sum(tl.where(sel == 0, y2, 0.0), axis=0)  # dims d0 .. d0 + HALFN of the first half
-        x2 = tl.sum(tl.where(sel == 1, y2, 0.0), axis=0)  # the same dims of the second half
-        dd = d0 + tl.arange(0, HALFN)
-        pos = tl.load(WPOS).to(tl.int64)
-        if head < n_q_heads + n_kv_heads:  # q and k: rotate (Su et al. 2021, RoFormer eq. 34)
-            c = tl.load(COS + pos * D + dd)
-            s = tl.load(SIN + pos * D + dd)
-            o1 = x1 * c - x2 * s
-            o2 = x2 * c + x1 * s
-        else:
-            o1 = x1
-            o2 = x2
-        if head < n_q_heads:  # one token: q's grouped layout [1, KV, G, D] is the head order itself
-            dst = OUT + head * D
-        else:
-            slot = tl.load(SLOTS).to(tl.int64)
-            kvh = head - n_q_heads
-            cache = KC
-            if kvh >= n_kv_heads:
-                kvh -= n_kv_heads
-                cache = VC
-            dst = cache + slot * c_sb + kvh * c_sh + pos * c_ss
-        tl.store(dst + dd, o1.to(ety))
-        tl.store(dst + D // 2 + dd, o2.to(ety))
-    else:
-        if HAS_RES:
-            y = y.to(ety).to(tl.float32) + tl.load(RES + rn, mask=nmask, other=0.0).to(tl.float32)
-        tl.store(OUT + rn, y.to(ety), mask=nmask)
+        store_row(y, OUT, RES, rn, nmask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
+                  c_sb, c_sh, c_ss, head, d0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: torch.Tensor | None = None,
@@ -237,22 +187,16 @@ def _launch(x, w, out, norm_weight, eps, residual, pro: int, cfg, rope=None):
     grid = (triton.cdiv(n, block_n), split_k)
     if split_k > 1:
         part = torch.empty(split_k, n, dtype=torch.float32, device=x.device)
-        lock = _locks(x.device, grid[0])
+        lock = split_k_locks(x.device, grid[0])
     else:
         part = lock = out
-    if rope is None:
-        r_args, d, bias = (x,) * 7 + (0,) * 5, 2, None
-    else:
-        bias, cos, sin, wpos, slots, kc, vc, n_heads, n_kv = rope
-        d = kc.shape[-1]
-        r_args = (bias if bias is not None else x, cos, sin, wpos, slots, kc, vc, n_heads, n_kv,
-                  kc.stride(0), kc.stride(1), kc.stride(2))
+    r_args, d, bias = rope_args(x, rope)
     _gemv_kernel[grid](x, w, out, part, lock, residual if residual is not None else out,
                        norm_weight if norm_weight is not None else x, n, k, per, split_k, eps, *r_args,
                        BLOCK_N=block_n, BLOCK_K=block_k, KFULL=triton.next_power_of_2(k),
                        PRO=pro, HAS_RES=residual is not None, EVEN_N=n % block_n == 0,
                        EVEN_K=k % block_k == 0 and per * split_k == k, PARTIAL=split_k > 1,
-                       INTERPRET=_interpret(), PDL=pdl, ROPE=rope is not None, HAS_BIAS=bias is not None, D=d,
+                       INTERPRET=interpret(), PDL=pdl, ROPE=rope is not None, HAS_BIAS=bias is not None, D=d,
                        num_warps=warps, num_stages=stages, launch_pdl=pdl)
 
 
@@ -290,25 +234,6 @@ def _rope_cfg(cfg, d: int):
     """``cfg`` with BLOCK_N cut to the largest power of two dividing ``d`` (the rows of one program must
     lie inside one head)."""
     return (min(cfg[0], d & -d), *cfg[1:])
-
-
-def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-@functools.cache
-def _pdl_capable(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (9, 0)
-
-
-PDL_ENABLED = os.environ.get("WB_PDL", "1") not in ("0", "false", "False")
-
-
-def use_pdl(device: torch.device) -> bool:
-    """Launch with programmatic dependent launch (CUDA, compute capability >= 9.0, not the interpreter;
-    ``WB_PDL=0`` turns it off). See ``griddepcontrol`` in the PTX ISA; Triton's ``gdc_wait``."""
-    return (PDL_ENABLED and device.type == "cuda" and not _interpret() and torch.version.hip is None
-            and _pdl_capable(device.index if device.index is not None else torch.cuda.current_device()))
 
 
 def reference(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None) -> torch.Tensor:
@@ -350,8 +275,6 @@ def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, confi
     1% (norm) are skipped. ``rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)``
     tunes :func:`gemv_qkv_rope` instead (``prologue`` is then "rmsnorm"). Call outside graph capture;
     needs CUDA."""
-    from workbench.kernels.timing import fastest_config
-
     n, k = w.shape
     key = _key(n, k, f"rmsnorm+rope{rope[5].shape[-1]}" if rope else prologue, residual is not None, x.dtype)
     if key in _BEST and timings is None:

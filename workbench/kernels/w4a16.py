@@ -1,10 +1,8 @@
 """Triton W4A16 GEMV for decode (M <= 4 rows): ``y = x @ w_hat.T``, ``w_hat = (q - zero) * scale``
 group-wise (group ``G`` along K, a power of two >= 32), fp32 accumulation.
 
-Weight layout (:func:`pack_int4_gemv`): ``qw`` ``[N, K // 8]`` int32, pre-shuffled inside each group so
-that nibble ``i`` (bits ``4i .. 4i+3``) of word ``j`` of group ``b`` holds element ``k = b*G + i*(G//8) + j``.
-A row's words are contiguous along K (16-byte loads), and for a fixed nibble the activations a thread
-needs are contiguous too (vector loads of ``x``). ``s`` and ``z`` (scale, zero) are ``[K // G, N]``.
+Weight layout: :func:`workbench.kernels.int4_layout.pack_int4_gemv` (``qw`` ``[N, K // 8]`` int32, shuffled
+within each group; ``s`` and ``z``, scale and zero, ``[K // G, N]``).
 
 Kernel: one program = ``BLOCK_N`` rows x a range of groups (split-K), ``U`` groups per loop step; the
 tile is ``[U, BLOCK_N, G // 8]`` words (this dimension order makes Triton give each thread 16 B of a
@@ -18,11 +16,8 @@ scales and zeros of the next ``DEPTH`` steps are loaded before the current step 
   weight (``INT_ZERO=False``, for non-integer zeros, subtracts the zero separately).
 * ``part += (q - zero) * x`` elementwise (one FFMA per weight and row of ``x``); per group
   ``acc += scale * part``; the reduction over K happens once, at the end.
-* split-K in one kernel: each split stores an fp32 partial ``[SPLIT_K, M, N]`` and takes a ticket from an
-  int32 counter per column block; the last split sums the partials into the output and resets the
-  counter (graph-replay safe: buffers come from the caller's allocator, counters are zero between
-  launches). The counters are one buffer per device: two split-K GEMVs running at once on different
-  streams would race on them. The engine runs one stream; keep it that way or give each stream its own.
+* split-K in one kernel: each split stores an fp32 partial ``[SPLIT_K, M, N]`` and takes a ticket; the last
+  split sums the partials into the output (:mod:`workbench.kernels.common`, one stream at a time).
 
 Measured on the H200 (CUDA-graph replay, weights not in L2; ``benchmarks/bench_gemv.py``): at M = 1
 faster than tinygemm on the large matrices (gate_up 32.8 vs 38.7 us, down 21.3 vs 24.4, lm_head 116.5
@@ -32,8 +27,8 @@ at M = 1, so still 1.0-2.5 TB/s, well short of copy bandwidth. At M = 4 slower t
 Launch configurations ``(BLOCK_N, SPLIT_K, U, num_warps[, DEPTH])`` are timed per ``(N, K, M)`` under
 CUDA-graph replay (:func:`tune`, outside capture) and cached in :data:`_BEST`.
 
-The legacy entry :func:`w4a16_gemv` (unshuffled :func:`pack_int4_words` layout, ``zero*scale`` operand)
-runs the same kernel with ``SHUFFLED=False``."""
+The legacy entry :func:`w4a16_gemv` (unshuffled :func:`~workbench.kernels.int4_layout.pack_int4_words`
+layout, ``zero*scale`` operand) runs the same kernel with ``SHUFFLED=False``."""
 
 from __future__ import annotations
 
@@ -41,6 +36,9 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from workbench.kernels.common import split_k_locks, use_pdl
+from workbench.kernels.timing import fastest_config
 
 
 @triton.jit
@@ -291,28 +289,6 @@ def _store_rows(ptr, N, y0, y1, y2, y3, mask, M: tl.constexpr, ety: tl.constexpr
         tl.store(ptr + 3 * N, y3.to(ety), mask=mask)
 
 
-def pack_int4_gemv(q: torch.Tensor, group: int) -> torch.Tensor:
-    """``q`` ``[N, K]`` uint8 (0..15) -> ``[N, K // 8]`` int32 in the kernel's shuffled layout: nibble ``i``
-    of word ``j`` of group ``b`` is element ``b*group + i*(group // 8) + j``. ``group`` % 8 == 0."""
-    n, k = q.shape
-    if group % 8 or k % group:
-        raise ValueError(f"group={group} must be a multiple of 8 dividing K={k}")
-    wb = group // 8
-    q = q.to(torch.int64).view(n, k // group, 8, wb).transpose(2, 3)  # [N, NG, WB, 8]: (j, i)
-    words = (q << (4 * torch.arange(8, device=q.device, dtype=torch.int64))).sum(-1)
-    words = torch.where(words >= 2**31, words - 2**32, words)
-    return words.reshape(n, k // 8).to(torch.int32)
-
-
-def pack_int4_words(q: torch.Tensor) -> torch.Tensor:
-    """Legacy unshuffled layout: ``q`` ``[N, K]`` uint8 -> ``[N, K // 8]`` int32, element ``8j + i`` in bits
-    ``4i..4i+3`` of word ``j`` (used by :func:`w4a16_gemv`)."""
-    n, k = q.shape
-    q = q.to(torch.int64).view(n, k // 8, 8)
-    words = (q << (4 * torch.arange(8, device=q.device, dtype=torch.int64))).sum(-1)
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
-
-
 _MAGIC = (0x4B000000, 0x49000000, 0x47000000, 0x45000000, 0x43000000)  # float bits of 2**23, 2**19, .., 2**7
 
 
@@ -329,10 +305,10 @@ def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool
     split_k = triton.cdiv(ng, per)  # no empty splits
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n, block_n), split_k)
-    pdl = _use_pdl(x.device)
+    pdl = use_pdl(x.device)
     if split_k > 1:
         part = torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
-        lock = _locks(x.device, grid[0])
+        lock = split_k_locks(x.device, grid[0])
     else:
         part = lock = out
     _w4_gemv_kernel[grid](x, qw, s, z, out, part, lock, n, k // 8, ng, per, split_k, x.stride(0), *_MAGIC, M=m,
@@ -342,40 +318,16 @@ def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool
     return out
 
 
-def _use_pdl(device) -> bool:
-    from workbench.kernels.gemv import use_pdl  # (gemv imports this module)
-
-    return use_pdl(device)
-
-
-_LOCKS: dict = {}
-
-
-def _locks(device, count: int) -> torch.Tensor:
-    """Split-K tickets: an int32 counter per column block, zero between launches (the last split of each
-    block resets its counter). One buffer per device, shared by every GEMV launched on it (kernels of
-    one stream run one after another); allocated outside graph capture and kept, or, if a capture needs
-    a bigger one first, allocated (zeroed) inside the capture."""
-    buf = _LOCKS.get(device)
-    if buf is not None and buf.numel() >= count:
-        return buf
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return torch.zeros(count, dtype=torch.int32, device=device)
-    buf = torch.zeros(max(count, 1 << 16), dtype=torch.int32, device=device)
-    _LOCKS[device] = buf
-    return buf
-
-
 def gemv(x, qw, s, z, group: int, n: int, cfg=None, int_zero: bool = True):
     """``y = x @ w_hat.T`` for ``x`` ``[M, K]`` (M in 1..4, bf16/fp16/fp32) with ``qw`` from
-    :func:`pack_int4_gemv`, ``s``/``z`` ``[K // G, N]`` (scale, zero; any float dtype). ``int_zero``:
+    :func:`~workbench.kernels.int4_layout.pack_int4_gemv`, ``s``/``z`` ``[K // G, N]`` (scale, zero; any float dtype). ``int_zero``:
     the zeros are integers (exact fast path); pass False otherwise. ``cfg = (BLOCK_N, SPLIT_K, U, num_warps)``.
     Returns ``[M, n]`` in x's dtype."""
     return _launch(x, qw, s, z, group, n, cfg, True, int_zero)
 
 
 def w4a16_gemv(x, qw, s, zs, group: int, n: int, cfg=None):
-    """Legacy entry: ``qw`` from :func:`pack_int4_words`, ``s`` and ``zs = zero * scale`` ``[K // G, N]``;
+    """Legacy entry: ``qw`` from :func:`~workbench.kernels.int4_layout.pack_int4_words`, ``s`` and ``zs = zero * scale`` ``[K // G, N]``;
     the integer zero is recovered as ``round(zs / s)``."""
     z = torch.round(zs.float() / s.float())
     return _launch(x, qw, s, z, group, n, cfg, False, True)
@@ -400,8 +352,6 @@ def tune(x, qw, s, z, group: int, n: int, int_zero: bool = True, configs=None, l
     replay, with the weights rotated over enough copies (>= ``l2_bytes``) that L2 holds none of them, as
     in a decode step; cache the fastest in :data:`_BEST` under ``(N, K, M)`` and return it. Call outside
     graph capture. ``timings`` (optional dict) receives ``{cfg: ms}``."""
-    from workbench.kernels.timing import fastest_config
-
     key = (n, x.shape[1], x.shape[0])
     if key in _BEST and timings is None:
         return _BEST[key]

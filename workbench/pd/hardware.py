@@ -8,12 +8,14 @@ for the KV cache transfer of disaggregated serving (DistServe, arXiv 2401.09670,
 
 from __future__ import annotations
 
-import difflib
 import os
 import time
 from dataclasses import dataclass, field
 
 import torch
+
+from workbench.registry import lookup_in
+from workbench.validate import check_field_types
 
 __all__ = ["PRESETS", "HardwareSpec"]
 
@@ -35,6 +37,7 @@ class HardwareSpec:
     extra: dict = field(default_factory=dict, compare=False, hash=False)  # raw measurements
 
     def __post_init__(self):
+        check_field_types(self)  # numbers, not strings or NaN; every error names its field
         for f in ("hbm_gbs", "bf16_flops", "mem_gb", "link_gbs"):
             v = getattr(self, f)
             if not v > 0:
@@ -50,12 +53,7 @@ class HardwareSpec:
     @classmethod
     def from_name(cls, name: str) -> HardwareSpec:
         """A datasheet preset by name (case-insensitive); unknown names raise ``ValueError`` with a suggestion."""
-        key = name.lower()
-        if key not in PRESETS:
-            hint = difflib.get_close_matches(key, list(PRESETS), n=1)
-            msg = f"unknown hardware {name!r}; choose one of {sorted(PRESETS)}"
-            raise ValueError(msg + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-        return PRESETS[key]
+        return lookup_in(PRESETS, name, "hardware preset", lower=True)
 
     @classmethod
     def measure(cls, device: str | torch.device = "cpu", *, copy_mb: int = 64, matmul_n: int = 1024,

@@ -25,6 +25,7 @@ import torch
 
 from workbench.pd.hardware import HardwareSpec
 from workbench.pd.roofline import ModelSpec
+from workbench.validate import check_field_types
 
 __all__ = ["ProfileConfig", "extend", "make_runner", "run_profile", "with_floors"]
 
@@ -33,15 +34,16 @@ __all__ = ["ProfileConfig", "extend", "make_runner", "run_profile", "with_floors
 class ProfileConfig:
     """Grid of the profile; every point is timed ``repeats`` times after ``warmup`` untimed runs."""
 
-    prompt_lens: tuple = (16, 32, 64, 128, 256)  # prefill lengths, tokens
-    prefill_batches: tuple = (1, 2, 4)  # prompts per prefill step
-    decode_batches: tuple = (1, 2, 4, 8, 16)  # sequences per decode step
-    context_lens: tuple = (32, 128, 256)  # cached tokens per sequence before the decode step
+    prompt_lens: tuple[int, ...] = (16, 32, 64, 128, 256)  # prefill lengths, tokens
+    prefill_batches: tuple[int, ...] = (1, 2, 4)  # prompts per prefill step
+    decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16)  # sequences per decode step
+    context_lens: tuple[int, ...] = (32, 128, 256)  # cached tokens per sequence before the decode step
     repeats: int = 5  # timed runs per point (median reported)
     warmup: int = 1  # untimed runs per point (allocator, caches)
     seed: int = 0  # token ids are random (timing does not depend on their values)
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         for f in ("prompt_lens", "prefill_batches", "decode_batches", "context_lens"):
             v = getattr(self, f)
             if len(v) == 0 or min(v) < 1:

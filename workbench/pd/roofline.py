@@ -17,12 +17,13 @@ Time bound: ``max(FLOPs / peak FLOP/s, bytes / bandwidth)`` (Williams et al. 200
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 import numpy as np
 
 from workbench.pd.hardware import HardwareSpec
+from workbench.registry import lookup_in
+from workbench.validate import check_field_types
 
 __all__ = ["MODEL_PRESETS", "ModelSpec", "decode_time_ms", "prefill_time_ms"]
 
@@ -45,6 +46,7 @@ class ModelSpec:
     bytes_per_kv: float = 2.0  # bf16 KV cache
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "intermediate", "vocab"):
             if int(getattr(self, f)) <= 0:
                 raise ValueError(f"ModelSpec.{f}={getattr(self, f)!r} must be a positive integer")
@@ -125,12 +127,7 @@ class ModelSpec:
     @classmethod
     def from_name(cls, name: str) -> ModelSpec:
         """A preset by name (``qwen2-7b``, ``llama-3-8b``, ``smollm2-135m``)."""
-        key = name.lower()
-        if key not in MODEL_PRESETS:
-            hint = difflib.get_close_matches(key, list(MODEL_PRESETS), n=1)
-            msg = f"unknown model preset {name!r}; choose one of {sorted(MODEL_PRESETS)}"
-            raise ValueError(msg + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-        return MODEL_PRESETS[key]
+        return lookup_in(MODEL_PRESETS, name, "model preset", lower=True)
 
 
 # Dimensions from each model's config.json on the Hugging Face hub.

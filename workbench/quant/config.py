@@ -8,17 +8,14 @@ arXiv 2306.00978), GPTQ (Frantar et al. 2022, arXiv 2210.17323).
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import asdict, dataclass
+
+from workbench.registry import did_you_mean as _did_you_mean
+from workbench.validate import check_field_types
 
 METHODS = ("rtn", "awq", "gptq")
 GRANULARITIES = ("per_tensor", "per_channel", "group")
 SCALE_DTYPES = ("float16", "bfloat16", "float32")
-
-
-def _did_you_mean(value: str, options) -> str:
-    close = difflib.get_close_matches(str(value), list(options), n=1, cutoff=0.4)
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +48,7 @@ class QuantConfig:
     seed: int = 0  # calibration window sampling
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         if self.method not in METHODS:
             raise ValueError(f"method={self.method!r} is unknown; use one of {METHODS}."
                              + _did_you_mean(self.method, METHODS))

@@ -7,6 +7,8 @@ import time
 import pandas as pd
 import torch
 
+from workbench.models import require_trained
+
 from .config import QuantConfig
 from .footprint import footprint
 from .quantize import quantize
@@ -40,6 +42,7 @@ def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tenso
     """
     from workbench.eval.fidelity import run_fidelity
 
+    require_trained(model, "the quantization sweep's fidelity and MMLU columns")
     t0 = time.perf_counter()
     if config is None:
         qmodel, report = model, pd.DataFrame()

@@ -17,18 +17,14 @@ distribution; every row it produces says ``acceptance="synthetic"``.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import asdict, dataclass
 
+from workbench.registry import did_you_mean
+from workbench.validate import check_field_types
+
 POLICY_NAMES = ("static", "heuristic", "confidence")
 ACCEPTANCE_NAMES = ("rejection", "synthetic")
-
-
-def did_you_mean(value, options) -> str:
-    """`` Did you mean 'x'?`` for the closest option, or an empty string."""
-    close = difflib.get_close_matches(str(value), list(options), n=1, cutoff=0.4)
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +48,7 @@ class SpecConfig:
     synthetic_alpha: float | None = None  # P(accept) per draft token with acceptance="synthetic"
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"k={self.k!r} must be an integer >= 1 (draft tokens per step; vLLM "
                              "num_speculative_tokens)")

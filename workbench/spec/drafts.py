@@ -20,7 +20,7 @@ import re
 import torch
 
 from workbench.models import check_tokenizers_match, load_model, provenance_of
-from workbench.spec.config import did_you_mean
+from workbench.registry import did_you_mean
 from workbench.spec.distill import distill_draft
 
 QUANT_DRAFTS = {"int8": 8, "int4": 4, "int3": 3}

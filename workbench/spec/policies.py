@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from workbench.spec.config import POLICY_NAMES, SpecConfig, did_you_mean
+from workbench.registry import did_you_mean
+from workbench.spec.config import POLICY_NAMES, SpecConfig
 
 
 class StaticK:

@@ -14,6 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.engine import fast_runner
+from workbench.models import require_trained
 from workbench.spec.alignment import alignment_metrics, score_positions
 from workbench.spec.config import SpecConfig
 from workbench.spec.generate import autoregressive_generate, speculative_generate
@@ -134,6 +135,8 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
         baseline_tpot_s, ``speedup`` = baseline_tpot_s / spec_tpot_s. Neither prints nor saves.
     """
     configs = [configs] if isinstance(configs, SpecConfig) else list(configs)
+    if any(getattr(c, "acceptance", "rejection") != "synthetic" for c in configs):  # synthetic: a timing what-if
+        require_trained(target, "speculative decoding's alignment and acceptance (alpha, tau)")
     timer = {} if clock is None else {"clock": clock}
     t_run, d_runs = default_runners(target, drafts, prompts, configs, runner_factory)
     cache = cache if cache is not None else SpecCache(max_baselines=1)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from workbench.pd.hardware import HardwareSpec
 from workbench.pd.roofline import ModelSpec
+from workbench.validate import check_field_types
 
 __all__ = ["SLO", "SimConfig"]
 
@@ -34,6 +35,7 @@ class SimConfig:
     def __post_init__(self):
         from workbench.pd.sim.policies import check_policy
 
+        check_field_types(self)  # integer fields take integers; every error names its field
         check_policy(self.policy)
         for f in ("n_instances", "n_prefill", "n_decode", "max_batch", "max_prefill_tokens",
                   "max_prefill_batch", "chunk_budget"):
@@ -82,6 +84,7 @@ class SLO:
     e2e_ms: float | None = None  # end-to-end latency
 
     def __post_init__(self):
+        check_field_types(self)  # numbers or None, not strings or NaN
         for f in ("ttft_ms", "tpot_ms", "e2e_ms"):
             v = getattr(self, f)
             if v is not None and not v > 0:

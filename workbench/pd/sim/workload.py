@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from workbench.validate import check_field_types
+
 __all__ = ["LengthDist", "Workload", "WorkloadConfig", "generate_workload"]
 
 _KINDS = ("fixed", "uniform", "lognormal", "data")
@@ -30,9 +32,10 @@ class LengthDist:
     low: int = 1  # uniform lower bound / lognormal clip
     high: int = 4096  # uniform upper bound / lognormal clip
     sigma: float = 0.5  # lognormal log-standard deviation
-    values: tuple = ()  # empirical lengths for kind="data"
+    values: tuple[int, ...] = ()  # empirical lengths for kind="data"
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         if self.kind not in _KINDS:
             raise ValueError(f"LengthDist.kind={self.kind!r}; choose one of {_KINDS}")
         if self.kind == "fixed" and self.value < 1:
@@ -74,6 +77,7 @@ class WorkloadConfig:
     seed: int = 0  # numpy Generator seed
 
     def __post_init__(self):
+        check_field_types(self)  # integer fields take integers; every error names its field
         if self.n_requests < 1:
             raise ValueError(f"WorkloadConfig.n_requests={self.n_requests} must be >= 1")
         if not self.rate > 0 or not np.isfinite(self.rate):

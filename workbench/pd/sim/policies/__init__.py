@@ -4,24 +4,22 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
+
+from workbench.registry import Registry
 
 __all__ = ["POLICIES", "check_policy", "get_policy"]
 
-POLICIES: dict[str, str] = {
+POLICIES: Registry[str] = Registry("SimConfig.policy", {
     "colocated": "workbench.pd.sim.policies.colocated",
     "chunked": "workbench.pd.sim.policies.chunked",
     "disaggregated": "workbench.pd.sim.policies.disaggregated",
-}
+})
 
 
 def check_policy(name: str) -> None:
-    """Raise ``ValueError`` with a "did you mean" hint for an unknown policy name."""
-    if name not in POLICIES:
-        hint = difflib.get_close_matches(str(name), list(POLICIES), n=1)
-        msg = f"SimConfig.policy={name!r} is unknown; choose one of {sorted(POLICIES)}"
-        raise ValueError(msg + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    """Raise ``UnknownNameError`` (a ``ValueError``) with a "did you mean" hint for an unknown policy name."""
+    POLICIES.check(name)
 
 
 def get_policy(name: str):

@@ -1,0 +1,90 @@
+"""The engine's fused few-row steps (:mod:`workbench.engine.dispatch`) against its unfused path: bf16 and W4A16
+weights, one-row decode, a verify-like step of 5 rows, a ragged batch, and the clean fallback where a kernel does
+not take a weight. Through Triton's interpreter on a machine without a GPU (``tests/engine/conftest.py``), the
+compiled kernels on a GPU machine; float32, so the paths agree to float32 summation order."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+pytest.importorskip("triton")
+
+from workbench.engine import Engine
+from workbench.kernels import common
+
+DEV = "cpu" if common.interpret() else "cuda"
+if DEV == "cuda" and not torch.cuda.is_available():
+    pytest.skip("no GPU and TRITON_INTERPRET is not set", allow_module_level=True)
+
+# head_dim 64: the one-row INT4 qkv runs its RoPE epilogue inside the tensor-core kernel
+SHAPE = {"vocab_size": 256, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1,
+         "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 128}
+
+
+def _model(**over):
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(LlamaConfig(**{**SHAPE, **over})).eval()
+    with torch.no_grad():
+        for p in m.parameters():  # HF sets norms to 1: make every term count
+            p.add_(torch.randn(p.shape) * 0.05)
+    return m.to(DEV)
+
+
+def _steps(e, ids):
+    """Prefill 6 tokens into slots 0 and 1 (ragged: 6 and 4 valid), then one-row decode on slot 0, a 5-row step
+    on slot 0 (a verify step of k = 4) and a 2-row batch step; the logits of every valid position."""
+    e.reset()
+    out = [e.extend_batch([0, 1], ids[:2, :6], torch.tensor([6, 4]))]
+    out.append(e.extend_batch([0], ids[:1, 6:7]))
+    out.append(e.extend_batch([0], ids[:1, 7:12]))
+    out.append(e.extend_batch([1, 0], ids[:2, 12:13]))
+    return torch.cat([out[0][0], out[0][1, :4], out[1][0], out[2][0], out[3][:, 0]]).float().cpu()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("w4a16", [None, "rtn"])
+def test_fused_steps_equal_unfused(w4a16):
+    m = _model()
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1)).to(DEV)
+    kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False}
+    if w4a16:
+        kw.update(w4a16="rtn", w4a16_backend="triton:dequant", group_size=128)
+    e = Engine.from_hf(m, **kw)
+    assert e.set_fused_gemv(False) is False
+    ref = _steps(e, ids)
+    assert e.set_fused_gemv(True, max_rows=64, min_rows=1) is True and e.fused.max_rows == 64
+    got = _steps(e, ids)
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4)
+    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16: 2..64 rows)
+    assert (e.fused.min_rows, e.fused.max_rows) == ((2, 64) if w4a16 else (1, 1))
+    torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_w4a16_fused_path_changes_nothing_but_the_kernels():
+    """Planted-difference check: the W4A16 engine (fused, Triton) equals the dequantized-weights engine, and both
+    differ from the bf16 one, so the comparison above can see a wrong weight."""
+    m = _model()
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(2)).to(DEV)
+    kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "w4a16": "rtn", "group_size": 128}
+    fused = Engine.from_hf(m, w4a16_backend="triton:dequant", **kw)
+    fused.set_fused_gemv(True, min_rows=1)
+    deq = Engine.from_hf(m, w4a16_backend="dequant", **kw)
+    assert deq.set_fused_gemv(True) is False  # no fused kernel for the dequant backend: unfused, cleanly
+    a, b = _steps(fused, ids), _steps(deq, ids)
+    torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    dense = Engine.from_hf(m, max_batch=2, max_seq=32, use_graphs=False)
+    assert float((_steps(dense, ids) - b).abs().max()) > 1e-3
+
+
+@pytest.mark.slow
+def test_group_64_falls_back_to_the_unfused_path():
+    """A group size the tensor-core kernel does not take: the engine still runs (Triton GEMV for one row, dequant
+    for more) and matches the dequantized reference."""
+    m = _model()
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3)).to(DEV)
+    kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "w4a16": "rtn", "group_size": 64}
+    e = Engine.from_hf(m, w4a16_backend="triton:dequant", **kw)
+    assert e.set_fused_gemv(True) is False and e.fused is None
+    ref = Engine.from_hf(m, w4a16_backend="dequant", **kw)
+    torch.testing.assert_close(_steps(e, ids), _steps(ref, ids), atol=2e-5, rtol=1e-4)

@@ -1,0 +1,116 @@
+"""Where a study runs: device and dtype resolution shared by ``load_model`` and the notebooks.
+
+``device="auto"`` takes the first CUDA device when ``torch.cuda.is_available()``, else the CPU.
+``dtype=None`` (or ``"auto"``) takes bfloat16 on CUDA (what serving stacks run; the engine's kernels
+are written for it) and float32 on the CPU (where bf16 matmuls are often emulated, and where every
+earlier CPU result was measured, so the CPU path gives the same numbers as before).
+
+Notebooks read ``WB_DEVICE`` (``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``; default ``auto``) and
+``WB_DTYPE`` (``auto`` | ``float32`` | ``bfloat16`` | ``float16`` and their short names; default
+``auto``) in their parameters cell and pass them to :func:`resolve`; :func:`from_env` does both.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from workbench.pd.hardware import HardwareSpec
+from workbench.registry import Registry
+
+__all__ = ["DTYPES", "default_dtype", "describe", "dtype_name", "floors_line", "from_env", "resolve",
+           "resolve_device", "resolve_dtype"]
+
+DTYPES: Registry[torch.dtype] = Registry("dtype", {
+    "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16}, case_sensitive=False)
+_DEVICE_KINDS = ("auto", "cpu", "cuda", "mps")
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``torch.device`` for ``device``: ``"auto"``/``None`` -> ``cuda`` when available, else ``cpu``.
+
+    Raises ``ValueError`` naming the fix for an unknown device kind (with "did you mean") and for
+    ``"cuda"`` / ``"cuda:N"`` on a machine without that CUDA device.
+    """
+    if isinstance(device, torch.device):
+        dev = device
+    else:
+        text = "auto" if device is None else str(device).strip().lower()
+        if text in ("", "auto"):
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        kind = text.split(":")[0]
+        if kind in ("gpu", "nvidia"):
+            raise ValueError(f"device={device!r} is not a torch device name; pass 'cuda' (or 'cuda:N', or 'auto')")
+        if kind not in _DEVICE_KINDS:
+            Registry("device", dict.fromkeys(_DEVICE_KINDS)).check(kind, "Pass 'auto', 'cpu', 'cuda' or 'cuda:N'.")
+        try:
+            dev = torch.device(text)
+        except RuntimeError as e:
+            raise ValueError(f"device={device!r} is not a device ({e}); pass 'auto', 'cpu' or 'cuda:N'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(dev)!r} but CUDA is not available here (torch {torch.__version__}, "
+                             f"CUDA build {torch.version.cuda}); pass device='auto' or 'cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device={str(dev)!r} but this machine has {torch.cuda.device_count()} CUDA "
+                             f"device(s); pass 'cuda:0'..'cuda:{torch.cuda.device_count() - 1}'")
+    return dev
+
+
+def default_dtype(device: str | torch.device) -> torch.dtype:
+    """bfloat16 on CUDA, float32 elsewhere (see the module docstring)."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu") -> torch.dtype:
+    """``torch.dtype`` for ``dtype``; ``None``/``"auto"``/``""`` -> :func:`default_dtype` of ``device``.
+
+    Raises ``ValueError`` (with "did you mean") for a name not in :data:`DTYPES`.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or (isinstance(dtype, str) and dtype.strip().lower() in ("", "auto")):
+        return default_dtype(device)
+    if isinstance(dtype, str) and dtype.startswith("torch."):
+        dtype = dtype[len("torch."):]
+    return DTYPES.lookup(dtype.strip() if isinstance(dtype, str) else dtype,
+                         "Pass dtype='auto' for bf16 on CUDA and float32 on the CPU.")
+
+
+def resolve(device: str | torch.device | None = "auto",
+            dtype: str | torch.dtype | None = "auto") -> tuple[torch.device, torch.dtype]:
+    """``(resolve_device(device), resolve_dtype(dtype, that device))``."""
+    dev = resolve_device(device)
+    return dev, resolve_dtype(dtype, dev)
+
+
+def from_env(environ=None) -> tuple[torch.device, torch.dtype]:
+    """:func:`resolve` of ``WB_DEVICE`` (default ``auto``) and ``WB_DTYPE`` (default ``auto``)."""
+    env = os.environ if environ is None else environ
+    return resolve(env.get("WB_DEVICE", "auto"), env.get("WB_DTYPE", "auto"))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``"float32"`` for ``torch.float32`` (the provenance spelling)."""
+    return str(dtype).replace("torch.", "")
+
+
+def describe(device: str | torch.device, dtype: torch.dtype | None = None) -> str:
+    """One line naming the device (GPU model and memory, or CPU threads) and the dtype."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        where = f"{dev} ({props.name}, {props.total_memory / 2**30:.0f} GiB)"
+    else:
+        where = f"{dev} ({torch.get_num_threads()} torch threads, {os.cpu_count()} cores)"
+    return f"device: {where}" + (f", dtype {dtype_name(dtype)}" if dtype is not None else "")
+
+
+def floors_line(device: str | torch.device, **measure_kw) -> str:
+    """One line with the floors measured now on ``device`` by
+    :meth:`workbench.pd.hardware.HardwareSpec.measure` (copy bandwidth, matmul rate)."""
+    hw = HardwareSpec.measure(torch.device(device), **measure_kw)
+    return (f"floors on {hw.name}: copy bandwidth {hw.hbm_gbs:.1f} GB/s (read + write), matmul "
+            f"{hw.bf16_flops / 1e12:.2f} TFLOP/s ({hw.source})")

@@ -1,0 +1,159 @@
+"""Which kernel runs each matmul of an engine step with few token rows, with the step's small operations fused in.
+
+For a step of ``M = B * T`` token rows the engine either runs the *unfused* path (add + RMSNorm, SiLU * up and the
+RoPE / KV write as separate kernels of :mod:`workbench.engine.ops`, matmuls through ``Dense`` / ``Int4Linear``
+``__call__``) or, when every matmul of the model has a fused kernel for ``M`` rows, the *fused* path of
+:class:`FusedMatmuls`, where the residual stream is carried by the matmuls themselves:
+
+=====================  ==========================================  ===========================================
+weights                M = 1 (decode at batch 1, draft steps)       2 <= M <= 64 (decode batches, verify steps)
+=====================  ==========================================  ===========================================
+bf16 / fp16 ``Dense``  :func:`workbench.kernels.gemv.gemv` (CUDA    :func:`workbench.kernels.rows.gemm`
+                       cores; qkv: :func:`~workbench.kernels.gemv.  (tensor cores); qkv, then
+                       gemv_qkv_rope`)                              ``ops.qkv_rope_cache``
+W4A16 ``Int4Linear``   :meth:`Int4Linear.fused` =                   :meth:`Int4Linear.fused`; qkv, then
+(``triton`` backend,   :func:`workbench.kernels.rows.gemm_int4`     ``ops.qkv_rope_cache``
+G % 128 == 0)          (qkv with the RoPE epilogue)
+=====================  ==========================================  ===========================================
+
+with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
+the epilogue of o and down. Steps of more rows (prefill) and models with a matmul no fused kernel takes (an o_proj
+bias, another INT4 backend) run the unfused path.
+
+Which rows take the fused path by default follows the H200 measurements (``benchmarks/RESULTS.md``, kernels
+section): bf16 models only ``M = 1`` (for 2..64 rows the engine's cuBLAS path measured faster than the fused
+tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qwen2-7B); W4A16 models ``2 <= M <=
+64`` with the INT4 prologues as their own kernels (:data:`INT4_PROLOGUES`), while one-row steps run the unfused
+path, whose CUDA-core INT4 GEMV is faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B / Llama-3-8B
+shape. ``Engine.set_fused_gemv(on, max_rows, min_rows)`` overrides the range.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+from workbench.engine.int4 import Int4Linear
+from workbench.engine.weights import Dense
+
+ROWS_MAX = 64  # rows up to which the few-row kernels run (workbench.kernels.rows.ROWS_MAX)
+TUNE = True  # time the bf16 one-row GEMVs when an engine turns the fused path on (False: default configurations)
+# run RMSNorm / SwiGLU inside the INT4 kernels (True) or as their own kernel before a plain INT4 GEMM (False):
+# every program of the tensor-core GEMM recomputes the prologue for its K range, which costs instructions the
+# INT4 kernel is short of (benchmarks/RESULTS.md compares both); read when the fused calls are built
+INT4_PROLOGUES = {"rmsnorm": False, "swiglu": False}
+
+
+class FusedMatmuls:
+    """The fused calls of a step: ``linear`` (one matmul with prologue / epilogue) and ``qkv_rope``.
+
+    Steps of ``min_rows`` to ``max_rows`` token rows use it (``max_rows`` 1: the one-row path only). ``ops``: the
+    engine's op set, for the multi-row RoPE / KV write and the INT4 prologues run as their own kernels. Built by
+    :func:`build`."""
+
+    def __init__(self, gemv_mod, rows_mod, ops, max_rows: int, head_dim: int, min_rows: int = 1):
+        self.gemv, self.rows, self.ops = gemv_mod, rows_mod, ops
+        self.min_rows, self.max_rows = min_rows, max_rows
+        self.rope_epilogue = head_dim % 64 == 0  # the tensor-core tile (>= 64 rows) must lie inside one head
+        self.int4_prologues = dict(INT4_PROLOGUES)
+
+    def _int4_args(self, x, prologue, norm_weight, eps):
+        """The INT4 kernel's input and prologue: unchanged, or the prologue run first as its own kernel."""
+        if prologue == "none" or self.int4_prologues[prologue]:
+            return x, prologue
+        if prologue == "rmsnorm":
+            return self.ops.add_rmsnorm(x, None, norm_weight, eps)[0], "none"
+        return self.ops.silu_mul(x), "none"
+
+    def linear(self, lin, x: torch.Tensor, prologue: str = "none", norm_weight=None, eps: float = 1e-6,
+               residual=None) -> torch.Tensor:
+        """``f(x) @ W.T (+ residual)``: ``x`` ``[M, K]`` (``[M, 2K]`` for "swiglu"), ``residual`` ``[M, N]``."""
+        if isinstance(lin, Int4Linear):
+            x, prologue = self._int4_args(x, prologue, norm_weight, eps)
+            return lin.fused(x, prologue, norm_weight, eps, residual)
+        if x.shape[0] == 1:
+            return self.gemv.gemv(x, lin.w, prologue, norm_weight, eps, residual)
+        return self.rows.gemm(x, lin.w, prologue, norm_weight, eps, residual)
+
+    def qkv_rope(self, lin, x, norm_weight, eps, bias, cos, sin, wpos, slots, t: int, k_cache, v_cache,
+                 n_heads: int, n_kv: int) -> torch.Tensor:
+        """RMSNorm + qkv matmul + bias + RoPE + KV-cache write; returns q ``[B, KV, G*T, D]`` (see
+        :func:`workbench.engine.ops.qkv_rope_cache`). One row: one launch; more rows: the matmul, then
+        ``ops.qkv_rope_cache``."""
+        rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)
+        if x.shape[0] == 1 and isinstance(lin, Dense):
+            return self.gemv.gemv_qkv_rope(x, lin.w, norm_weight, eps, *rope)
+        if x.shape[0] == 1 and self.rope_epilogue:
+            x, prologue = self._int4_args(x, "rmsnorm", norm_weight, eps)
+            return lin.fused(x, prologue, norm_weight, eps, rope=rope)
+        qkv = self.linear(lin, x, "rmsnorm", norm_weight, eps)
+        return self.ops.qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_heads, n_kv)
+
+
+def _max_rows(lin) -> int:
+    if isinstance(lin, Int4Linear):
+        return lin.fused_max_rows()
+    return ROWS_MAX if isinstance(lin, Dense) else 0
+
+
+def default_rows(weights) -> tuple[int, int]:
+    """``(min_rows, max_rows)`` of the fused path by default: ``(2, 64)`` if any matmul is W4A16, else ``(1, 1)``
+    (see the module docstring)."""
+    return (2, ROWS_MAX) if any(isinstance(m, Int4Linear) for m in weights.matmuls()) else (1, 1)
+
+
+def build(engine, max_rows: int | None = None, tune: bool | None = None,
+          min_rows: int | None = None) -> FusedMatmuls | None:
+    """The fused calls for ``engine``'s weights, or None where they do not apply: off CUDA (unless
+    ``TRITON_INTERPRET=1``, for tests), triton missing, an o_proj bias, a head_dim without a power-of-two divisor
+    >= 4 (the one-row RoPE tile), or a matmul without a fused kernel. ``min_rows`` / ``max_rows`` (default
+    :func:`default_rows`) bound the rows of the steps that use it; ``max_rows`` is cut to what every matmul takes. With ``tune`` (default :data:`TUNE`) on CUDA the bf16 one-row GEMVs are
+    timed for this model's shapes (outside graph capture); if that fails the fused path is off (a warning says
+    why)."""
+    w, spec = engine.w, engine.spec
+    if engine.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    if any(lw.bo is not None for lw in w.layers) or spec.head_dim % 4:
+        return None
+    lo, hi = default_rows(w)
+    lo = lo if min_rows is None else max(1, min_rows)
+    rows_cap = min([hi if max_rows is None else max_rows] + [_max_rows(m) for m in w.matmuls()])
+    if rows_cap < lo:
+        return None
+    try:
+        from workbench.kernels import gemv, rows
+    except ImportError:
+        return None
+    fz = FusedMatmuls(gemv, rows, engine.ops, rows_cap, spec.head_dim, lo)
+    if (TUNE if tune is None else tune) and engine.device.type == "cuda" and lo == 1:
+        try:
+            _tune_one_row(engine, gemv)
+        except Exception as e:  # noqa: BLE001 - a GPU/Triton combination it does not compile for
+            warnings.warn(f"fused kernels off (the unfused path is used): tuning failed with "
+                          f"{type(e).__name__}: {str(e)[:300]}", stacklevel=3)
+            return None
+    return fz
+
+
+def _tune_one_row(engine, gemv) -> None:
+    """Time the launch configurations of the bf16 one-row GEMV calls of a step (random activations); INT4
+    weights and the multi-row kernels use their default configurations unless ``workbench.kernels.rows.tune``
+    ran for the call."""
+    s, lw, dev, dt = engine.spec, engine.w.layers[0], engine.device, engine.dtype
+    hid = torch.randn(1, s.hidden_size, device=dev, dtype=dt)
+    with torch.no_grad():
+        if isinstance(lw.wqkv, Dense):
+            scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column
+            gemv.tune(hid, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps,
+                      rope=(lw.bqkv, engine.cos, engine.sin, scratch, torch.zeros(1, dtype=torch.int64, device=dev),
+                            engine.k_cache[0], engine.v_cache[0], s.n_heads, s.n_kv_heads))
+        if isinstance(lw.wo, Dense):
+            gemv.tune(torch.randn(1, s.n_heads * s.head_dim, device=dev, dtype=dt), lw.wo.w, residual=hid)
+        if isinstance(lw.wgu, Dense):
+            gemv.tune(hid, lw.wgu.w, "rmsnorm", lw.ln2, s.rms_eps)
+        if isinstance(lw.wd, Dense):
+            gemv.tune(torch.randn(1, 2 * s.intermediate_size, device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
+        if isinstance(engine.w.lm_head, Dense):
+            gemv.tune(hid, engine.w.lm_head.w, "rmsnorm", engine.w.norm, s.rms_eps)
