@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.models import require_trained
+from workbench.stats import mean_ci
 from workbench.validate import check_field_types
 
 __all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "token_metrics"]
@@ -73,13 +74,26 @@ class FidelityStats:
     nll_p: list = field(default_factory=list)
     nll_q: list = field(default_factory=list)
 
+    kl_window: list = field(default_factory=list)  # mean KL of each window (row of a batch), nats
+
     def observe(self, m: dict[str, torch.Tensor]) -> None:
+        """Append a batch of per-token metrics, each ``[windows, positions]`` (or flat for one window)."""
         for k, v in m.items():
             getattr(self, k).append(v.detach().reshape(-1).cpu().numpy())
+        if "kl" in m:
+            kl = m["kl"].detach().float().cpu()
+            self.kl_window.append(kl.reshape(kl.shape[0] if kl.dim() > 1 else 1, -1).mean(1).numpy())
 
     def summary(self) -> dict:
+        """``kl_mean`` with a 95% Student-t interval over windows (``kl_mean_lo``, ``kl_mean_hi``; windows
+        are independent stretches of text, tokens within one are not) and the window means themselves
+        (``kl_windows``, for paired comparisons on the same windows); ``kl_p95``, ``kl_max``,
+        ``top1_agreement``, ``cosine_mean``; perplexities when NLLs were observed."""
         kl = np.concatenate(self.kl)
-        row = {"n_scored": int(kl.size), "kl_mean": float(kl.mean()), "kl_p95": float(np.quantile(kl, 0.95)),
+        windows = np.concatenate(self.kl_window).astype(np.float64)
+        _, lo, hi = mean_ci(windows)
+        row = {"n_scored": int(kl.size), "kl_mean": float(kl.mean()), "kl_mean_lo": lo, "kl_mean_hi": hi,
+               "kl_windows": windows.tolist(), "kl_p95": float(np.quantile(kl, 0.95)),
                "kl_max": float(kl.max()), "top1_agreement": float(np.concatenate(self.top1).mean()),
                "cosine_mean": float(np.concatenate(self.cosine).mean())}
         if self.nll_p:

@@ -9,14 +9,18 @@ from .footprint import footprint, kv_bytes_per_token
 from .qlinear import QuantLinear
 from .quantize import quantizable_linears, quantize
 from .sweep import run_quant_sweep
+from .verdict import QuantVerdict, compare_points, takeaways
 
 __all__ = [
            "PRESETS",
            "QuantConfig",
            "QuantLinear",
+           "QuantVerdict",
+           "compare_points",
            "footprint",
            "kv_bytes_per_token",
            "quantizable_linears",
            "quantize",
            "run_quant_sweep",
+           "takeaways",
 ]
