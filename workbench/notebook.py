@@ -273,7 +273,9 @@ def table(df, *, sig: int = 3, max_chars: int = 28, index: bool | None = None, c
 
     def cell(v):
         if isinstance(v, str):
-            return html.escape(v if len(v) <= max_chars else v[: max_chars - 1] + "…")
+            if len(v) <= max_chars:
+                return html.escape(v)
+            return f'<span title="{html.escape(v)}">{html.escape(v[: max_chars - 1])}…</span>'
         return fmt_number(v, sig)
 
     st = d.style.format(cell).format_index(lambda c: html.escape(str(c).replace("_", " ")), axis=1)

@@ -21,8 +21,8 @@
 import os
 
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # built-in name, HF id, local folder or .gguf
-N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10))  # 10 x 57 subjects = 570 questions
-FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: shots 0 to 5
+FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: shots 0 to 5, 570 questions
+N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10 if FULL else 5))  # 5 x 57 subjects = 285 questions
 SHOTS = [int(s) for s in os.getenv("WB_SHOTS", "0,1,2,3,4,5" if FULL else "0,5").split(",")]
 SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated subset, or None for all 57
 BATCH_SIZE = int(os.getenv("WB_BATCH_SIZE", 8))
@@ -57,7 +57,7 @@ print(describe(device, dtype))
 
 # %%
 model, tok = load_model(MODEL, dtype=dtype, device=device)
-pd.Series(provenance_of(model))
+wbn.table(pd.Series(provenance_of(model), name="value"), max_chars=60)
 
 # %%
 msgs = [{"role": "user", "content": "In one sentence, why does speculative decoding speed up inference?"}]
@@ -83,7 +83,8 @@ prov = results.collect_provenance(model, seed=SEED, config={"shots": SHOTS, "n_q
 per_q = results.sweep(name, configs, lambda c: run_mmlu(model, tok, questions, dev, c["n_shot"], BATCH_SIZE),
                       provenance=prov)
 summary = summarize_mmlu(per_q[per_q["n_shot"].isin(SHOTS)])
-summary[summary["subject"].isin(["micro", "macro"])].round(4)
+wbn.table(summary[summary["subject"].isin(["micro", "macro"])], columns=["n_shot", "subject", "correct", "n", "acc",
+                                                                         "ci_lo", "ci_hi"])
 
 # %%
 plot_mmlu_by_shots(summary)

@@ -57,7 +57,7 @@ from IPython.display import display
 
 from workbench.data import load_prompts, load_text
 from workbench.models import load_model
-from workbench.notebook import setup
+from workbench.notebook import setup, table
 from workbench.spec import SpecGrid, encode_prompts, make_draft, plots, run_spec_sweep, summarize_spec, theory
 from workbench.spec.widgets import explorer
 
@@ -95,7 +95,7 @@ distill_kw = {"steps": grid.distill_steps, "tokenizer": tok, "text": text, "seed
 built = {name: make_draft(target, name, tok, distill_kwargs=distill_kw) for name in grid.drafts}
 print(f"target {MODEL} on {device} ({dtype}); grid {GRID}: {len(grid.configs())} configs x {len(built)} drafts "
       f"x {len(prompts)} prompts")
-prompts[["prompt_id", "category", "n_prompt"]]
+table(prompts, columns=["prompt_id", "category", "n_prompt"])
 
 # %% [markdown]
 # ### Distillation: KL falls, acceptance rises
@@ -106,7 +106,7 @@ prompts[["prompt_id", "category", "n_prompt"]]
 if "distilled" in built:
     curve = built["distilled"][1]["curve"]
     plots.plot_distill(curve).show()
-    display(curve.round(4))
+    display(table(curve))
 
 # %% [markdown]
 # ## The grid
@@ -124,7 +124,7 @@ print(f"{len(df)} runs ({time.perf_counter() - t0:.0f} s now); loop: {sorted(df.
 summary = summarize_spec(df)
 cols = ["draft", "temperature", "policy", "k", "n_prompts", "kl_pq", "alpha_pred", "alpha", "alpha_lo",
         "alpha_hi", "tau", "tau_lo", "tau_hi", "tau_theory", "c", "verify_cost", "speedup", "speedup_theory"]
-summary[cols].round(3)
+table(summary, columns=cols)
 
 # %% [markdown]
 # ## Tokens per step and acceptance by position
@@ -146,7 +146,7 @@ plots.plot_acceptance_per_pos(static_k).show()
 # %%
 by_draft = summarize_spec(df[df.policy == "static"], by=("draft", "temperature"))
 plots.plot_kl_alpha(by_draft).show()
-by_draft[["draft", "temperature", "kl_pq", "kl_qp", "tv", "alpha_pred", "alpha", "alpha_lo", "alpha_hi"]].round(3)
+table(by_draft, columns=["draft", "temperature", "kl_pq", "kl_qp", "tv", "alpha_pred", "alpha", "alpha_lo", "alpha_hi"])
 
 # %% [markdown]
 # ## Measured against theory, vs k
@@ -164,8 +164,8 @@ plots.plot_theory_vs_k(summary, "speedup", k_max=max(grid.ks) + 2).show()
 
 # %%
 plots.plot_policies(summary[summary.k == grid.k_policy]).show()
-summary[summary.k == grid.k_policy][["draft", "temperature", "policy", "alpha", "tau", "draft_acceptance_rate",
-                                "speedup"]].round(3)
+table(summary[summary.k == grid.k_policy], columns=["draft", "temperature", "policy", "alpha", "tau",
+                                                   "draft_acceptance_rate", "speedup"])
 
 # %% [markdown]
 # ## Best k for each draft
@@ -173,7 +173,7 @@ summary[summary.k == grid.k_policy][["draft", "temperature", "policy", "alpha", 
 # speculate with this draft on this hardware.
 
 # %%
-theory.best_k_table(by_draft).round(3)
+table(theory.best_k_table(by_draft))
 
 # %% [markdown]
 # ## By Spec-Bench category
@@ -182,7 +182,7 @@ theory.best_k_table(by_draft).round(3)
 
 # %%
 by_cat = summarize_spec(df[df.policy == "static"], by=("draft", "temperature", "k", "category"))
-by_cat.pivot_table(index=["draft", "temperature", "k"], columns="category", values="tau").round(2)
+table(by_cat.pivot_table(index=["draft", "temperature", "k"], columns="category", values="tau"))
 
 # %% [markdown]
 # ## Sliders

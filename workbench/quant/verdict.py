@@ -30,6 +30,8 @@ NO_DIFFERENCE = "no difference"
 
 # (question, a, b): the comparisons notebook 01 draws conclusions from; a point the sweep lacks is skipped
 QUESTIONS = (
+    ("one scale per tensor or groups of 64, at INT4?",
+     QuantConfig(bits=4, granularity="per_tensor", symmetric=True), QuantConfig(bits=4, group_size=64)),
     ("one scale per tensor or groups of 128, at INT4?",
      QuantConfig(bits=4, granularity="per_tensor", symmetric=True), QuantConfig(bits=4, group_size=128)),
     ("groups of 32 or 128, at INT4?", QuantConfig(bits=4, group_size=32), QuantConfig(bits=4, group_size=128)),
