@@ -25,7 +25,7 @@ reports: $(STAMP)
 	@mkdir -p reports
 	@set -e; for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; start=$$(date +%s); \
-	  $(PY) -m nbconvert --to notebook --execute --ExecutePreprocessor.timeout=7200 \
+	  $(PY) -m nbconvert --to notebook --execute --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.store_widget_state=True \
 	      --output-dir reports "$$nb"; \
 	  $(PY) -m workbench.report "reports/$$(basename $$nb)"; \
 	  echo "   $$nb took $$(( $$(date +%s) - start )) s"; \

@@ -34,8 +34,8 @@ def quant_explorer(grid: pd.DataFrame, metric: str = "kl_mean"):
     gran = W.Dropdown(options=sorted(q["granularity"].unique()), description="granularity")
     gs = W.Dropdown(options=sorted(int(g) for g in q.loc[q["group_size"] > 0, "group_size"].unique()) or [128],
                     description="group_size")
-    cols = ["label", "w_bits", "weight_bytes", "bits_per_weight_quantized", "kl_mean", "kl_p95", "top1_agreement",
-            "ppl"] + [c for c in ("mmlu_acc", "mmlu_ci_lo", "mmlu_ci_hi") if c in grid]
+    cols = ["label", "w_bits", "bits_per_weight_quantized", "kl_mean", "top1_agreement", "ppl"] + [
+        c for c in ("mmlu_acc",) if c in grid]  # few columns: the row fits beside the chart
 
     def show(method, bits, gran, gs):
         code = _GRAN_CODE.get(gran, gs)
