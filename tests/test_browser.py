@@ -137,16 +137,19 @@ def _shot(page, name: str):
         page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=False)
 
 
-def _panel_figure(page, slider_label: str) -> str:
-    """The JSON of the data of the first plotly figure below the slider panel whose slider reads
-    ``slider_label``."""
-    return page.evaluate("""(label) => {
-      const s = [...document.querySelectorAll('.widget-slider')].find(
-          w => w.querySelector('.widget-label') && w.querySelector('.widget-label').textContent.trim() === label);
-      const box = s.closest('.jp-OutputArea-output');
-      const g = box.querySelector('.js-plotly-plot');
-      return JSON.stringify([g.layout.title, g.data.map(t => [t.name, t.x, t.y])]);
-    }""", slider_label)
+_PANEL_FIGURES = """(label) => {
+  const s = [...document.querySelectorAll('.widget-slider')].find(
+      w => w.querySelector('.widget-label') && w.querySelector('.widget-label').textContent.trim() === label);
+  const figs = [...s.closest('.jp-OutputArea-output').querySelectorAll('.js-plotly-plot')];
+  return figs.every(g => g._fullLayout) ? JSON.stringify(figs.map(g => [g.layout.title, g.data.map(
+      t => [t.name, t.x, t.y])])) : null;
+}"""
+
+
+def _panel_figures(page, slider_label: str) -> str | None:
+    """The JSON of the titles and data of every plotly figure in the slider panel whose slider reads
+    ``slider_label`` (None while one of them is not drawn yet)."""
+    return page.evaluate(_PANEL_FIGURES, slider_label)
 
 
 def _move_slider(page, slider_label: str):
@@ -172,17 +175,14 @@ def test_notebook_runs_in_a_real_browser(lab, browser, notebook, slider):
         s = _run_all(page, lab, notebook)
         assert not s["errors"], f"{notebook}: error outputs {s['errors']}"
         assert s["figures"] >= 2 and s["drawn"] == s["figures"], f"{notebook}: figures not drawn live: {s}"
-        before = _panel_figure(page, slider)
+        before = _panel_figures(page, slider)
+        assert before, f"{notebook}: no drawn figure in the panel of slider {slider!r}"
         _move_slider(page, slider)
-        page.wait_for_function("([label, before]) => {"
-                               "const s = [...document.querySelectorAll('.widget-slider')].find(w => "
-                               "w.querySelector('.widget-label').textContent.trim() === label);"
-                               "const g = s.closest('.jp-OutputArea-output').querySelector('.js-plotly-plot');"
-                               "return g && g._fullLayout && JSON.stringify([g.layout.title, g.data.map("
-                               "t => [t.name, t.x, t.y])]) !== before; }", arg=[slider, before], timeout=30_000)
-        _shot(page, notebook.removesuffix(".ipynb"))
+        page.wait_for_function(f"([label, before]) => {{ const now = ({_PANEL_FIGURES})(label);"
+                               " return now !== null && now !== before; }", arg=[slider, before], timeout=30_000)
         assert not s["stderr"], f"{notebook}: stderr shown to the user: {s['stderr']}"
     finally:
+        _shot(page, notebook.removesuffix(".ipynb"))
         page.close()
 
 

@@ -117,6 +117,6 @@ def test_reference_lines_are_legend_entries_not_overlapping_labels():
 
 def test_goodput_chart_states_its_definition():
     fig = pdp.plot_goodput(_pd_summary())
-    (note,) = [a.text for a in fig.layout.annotations if "goodput =" in a.text]
+    note = fig.layout.title.subtitle.text  # a subtitle: it cannot overlap the axis titles as an annotation did
     assert "meeting every SLO (TTFT <= 400 ms, TPOT <= 40 ms)" in note
     assert "last finish - first arrival" in note and "below the rate line" in note

@@ -93,14 +93,14 @@ def goodput_note(summary: pd.DataFrame) -> str:
             if col in summary and len(summary) and pd.notna(summary[col].iloc[0])]
     return ("goodput = requests meeting every SLO" + (f" ({', '.join(slos)})" if slos else "")
             + " / (last finish - first arrival), as vllm bench serve --goodput.<br>At 100% attainment it can "
-            "still sit below the rate line: that window includes the last requests' drain time, and the "
+            "still sit below the rate line: that window runs until the last (often the longest) request finishes, and the "
             "sampled arrivals' rate differs from the nominal one.")
 
 
 def plot_goodput(summary: pd.DataFrame, *, x: str = "rate", title: str = "") -> go.Figure:
     """Goodput (req/s meeting every SLO) and SLO attainment against arrival rate, one line per ``label``
     (from :func:`workbench.pd.sim.goodput_vs_rate`); the ideal goodput = rate as a gray diagonal, and
-    the goodput definition (:func:`goodput_note`) under the plots. An empty frame gives a figure that
+    the goodput definition (:func:`goodput_note`) as the subtitle. An empty frame gives a figure that
     says nothing is selected."""
     if summary.empty:
         return empty_figure("nothing selected: pick at least one policy", title=title or "Goodput vs request rate")
@@ -115,12 +115,13 @@ def plot_goodput(summary: pd.DataFrame, *, x: str = "rate", title: str = "") -> 
     r = np.sort(summary[x].unique())
     fig.add_scatter(x=r, y=r, mode="lines", line={"color": "lightgray", "dash": "dot"}, name="goodput = rate",
                     row=1, col=1)
-    fig.add_annotation(text=goodput_note(summary), x=0, y=-0.22, xref="paper", yref="paper", showarrow=False,
-                       xanchor="left", yanchor="top", align="left", font={"size": 11, "color": "#555"})
     fig.update_xaxes(title_text="arrival rate (req/s)")
     fig.update_yaxes(title_text="goodput (req/s)", col=1)
     fig.update_yaxes(title_text="SLO attainment (fraction of requests)", range=[0, 1.02], col=2)
-    fig.update_layout(title=title or "Goodput vs request rate", template="plotly_white", margin={"b": 120})
+    # the definition as the title's subtitle: above the plots, where it overlaps neither axis titles nor data
+    fig.update_layout(title={"text": title or "Goodput vs request rate",
+                             "subtitle": {"text": goodput_note(summary), "font": {"size": 11, "color": "#555"}}},
+                      template="plotly_white", margin={"t": 120})
     return fig
 
 
