@@ -52,7 +52,8 @@ def main() -> None:
                               repeats=10 if big else 2)
     print(hw, flush=True)
     (args.out / "hw.json").write_text(json.dumps({"name": hw.name, "hbm_gbs": hw.hbm_gbs,
-                                                  "bf16_flops": hw.bf16_flops, "mem_gb": hw.mem_gb}, indent=2))
+                                                  "matmul_flops": hw.matmul_flops, "flops_dtype": hw.flops_dtype,
+                                                  "mem_gb": hw.mem_gb}, indent=2))
     h200 = HardwareSpec.from_name("h200")
     profs, cmps, reals = [], [], []
     for name in args.models:

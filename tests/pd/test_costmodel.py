@@ -118,16 +118,16 @@ def test_fit_recovers_coefficients():
 
 def test_hardware_presets_and_errors():
     h200 = HardwareSpec.from_name("H200")
-    assert (h200.hbm_gbs, h200.mem_gb, h200.bf16_flops) == (4800, 141, 989.4e12)
+    assert (h200.hbm_gbs, h200.mem_gb, h200.matmul_flops, h200.flops_dtype) == (4800, 141, 989.4e12, "bfloat16")
     assert h200.ridge_flops_per_byte == pytest.approx(206.1, rel=1e-3)
     with pytest.raises(ValueError, match="Did you mean 'h200'"):
         HardwareSpec.from_name("h20")
     with pytest.raises(ValueError, match="hbm_gbs"):
-        HardwareSpec("x", hbm_gbs=0, bf16_flops=1, mem_gb=1, link_gbs=1)
+        HardwareSpec("x", hbm_gbs=0, matmul_flops=1, mem_gb=1, link_gbs=1)
 
 
 def test_measure_cpu_is_consistent():
     hw = HardwareSpec.measure("cpu", copy_mb=8, matmul_n=256, repeats=3)
     assert hw.hbm_gbs == pytest.approx(2 * 8 * 2**20 / hw.extra["copy_s"] / 1e9)
-    assert hw.bf16_flops == pytest.approx(2 * 256**3 / hw.extra["matmul_s"])
-    assert 0.1 < hw.hbm_gbs < 1e4 and 1e8 < hw.bf16_flops < 1e15 and hw.mem_gb > 0.1
+    assert hw.matmul_flops == pytest.approx(2 * 256**3 / hw.extra["matmul_s"]) and hw.flops_dtype == "float32"
+    assert 0.1 < hw.hbm_gbs < 1e4 and 1e8 < hw.matmul_flops < 1e15 and hw.mem_gb > 0.1

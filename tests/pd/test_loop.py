@@ -131,3 +131,43 @@ def test_summarize_by_group():
     out = summarize(df, SLO(ttft_ms=15, tpot_ms=None), by=["policy"])
     assert out["policy"].tolist() == ["a", "b"]
     assert out["slo_attainment"].tolist() == pytest.approx([0.5, 0.0])
+
+
+class DriftingRunner(FakeRunner):
+    """FakeRunner whose steps take ``speed`` times COST (a machine that slowed down or sped up)."""
+
+    speed = 1.0
+
+    def extend_batch(self, slots, tokens, n_valid=None):
+        t0 = self.now
+        out = super().extend_batch(slots, tokens, n_valid)
+        self.now = t0 + (self.now - t0) * self.speed
+        return out
+
+
+def test_drift_check_flags_errors_smaller_than_the_machine_change():
+    """Profile at speed 1, serve and re-measure at speed 1.5: the check reports +50% for both phases and
+    the simulator (fitted at speed 1) is 37-69% off (queueing amplifies the change); exactly the errors
+    within 50% are flagged, in the table and the figure. Without the change nothing is flagged."""
+    from workbench.pd import plots
+    from workbench.pd.profile import drift_check
+
+    pcfg = ProfileConfig(prompt_lens=(8, 32), prefill_batches=(1, 2), decode_batches=(1, 2, 4),
+                         context_lens=(16, 64), repeats=2, warmup=0)
+    wl = generate_workload(WorkloadConfig(n_requests=30, rate=5.0, prompt=LengthDist("fixed", 32),
+                                          output=LengthDist("uniform", low=2, high=20), seed=2))
+    for speed, flagged in ((1.0, False), (1.5, True)):
+        r = DriftingRunner()
+        prof = run_profile(r, pcfg, clock=r.clock)
+        cost = CostModel.fit(prof, relative=False)
+        r.speed = speed
+        real = run_serving(r, wl, max_prefill_batch=2, clock=r.clock, sleep=r.sleep)
+        drift = drift_check(r, prof, pcfg, clock=r.clock)
+        assert drift["drift_pct"].to_numpy() == pytest.approx([100 * (speed - 1)] * 2, abs=1e-6)
+        assert drift[["batch", "seq_len"]].values.tolist() == [[2, 32], [4, 64]]  # the largest points
+        cmp = compare_to_sim(real, wl, cost, sim_config_for(r, max_prefill_batch=2), drift=drift)
+        assert cmp["warning"].tolist() == (cmp["err_pct"].abs() < 100 * (speed - 1)).tolist()
+        assert cmp["warning"].sum() >= (6 if flagged else 0) and cmp["warning"].any() == flagged
+        fig = plots.plot_sim_vs_real(cmp)
+        assert ("moved by 50%" in (fig.layout.title.text or "")) == flagged
+        assert [t.endswith("!") for t in fig.data[1].text] == cmp["warning"].tolist()

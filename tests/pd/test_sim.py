@@ -1,13 +1,14 @@
 """Serving simulator: conservation, closed forms, an M/D/1 queue, monotonicity, determinism, bad input."""
 
 import itertools
+import random
 
 import numpy as np
 import pytest
 
 from workbench.pd import CostModel, HardwareSpec, ModelSpec
 from workbench.pd.sim import SLO, LengthDist, SimConfig, Workload, WorkloadConfig, simulate
-from workbench.pd.sim.instance import cum_steps, steps_until
+from workbench.pd.sim.steps import cum_steps, steps_until, steps_until_reference, stretch_until
 
 TOY = CostModel(a=2.0, b=0.02, c=1e-5, d=5.0, e=0.2, f=0.001)
 ROOF = CostModel.from_roofline(ModelSpec.from_name("qwen2-7b"), HardwareSpec.from_name("h200"))
@@ -29,6 +30,26 @@ def test_cum_steps_matches_brute_force(k, lines):
         got = steps_until(dt, k, a1, b1, a2, b2)
         want = next((m for m in range(1, k + 1) if cum_steps(m, a1, b1, a2, b2) >= dt), k)
         assert got == want
+
+
+def test_steps_until_matches_bisection_reference():
+    """The fast path (quadratic root on the envelope segment, then checked against cum_steps) gives the
+    bisection's answer on 20,000 random stretches, and its time is cum_steps' bit for bit: offsets and
+    slopes over five decades, equal and zero slopes, and events at, just before and between step
+    ends. An off-by-one root fails here."""
+    rng = random.Random(0)
+    for _ in range(20_000):
+        kmax = rng.choice([1, 2, 5, 100, 3000, rng.randint(1, 5000)])
+        scale = 10 ** rng.uniform(-3, 2)
+        a1, a2 = (rng.choice([0.0, rng.uniform(0, scale)]) for _ in range(2))
+        b1 = rng.choice([0.0, rng.uniform(0, 1e-2 * scale)])
+        b2 = rng.choice([0.0, b1, rng.uniform(0, 1e-2 * scale)])
+        a1 = a1 if a1 + a2 + b1 + b2 > 0 else 1.0
+        total = cum_steps(kmax, a1, b1, a2, b2)
+        at = cum_steps(rng.randint(1, kmax), a1, b1, a2, b2)
+        dt = max(rng.choice([rng.uniform(0, 1.2 * total), at, at * (1 - 1e-12), total]), 1e-9)
+        k, elapsed = stretch_until(dt, kmax, a1, b1, a2, b2)
+        assert k == steps_until_reference(dt, kmax, a1, b1, a2, b2) and elapsed == cum_steps(k, a1, b1, a2, b2)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -67,19 +88,48 @@ def test_single_request_chunked_prefill_is_sum_of_chunks():
     assert df["ttft_ms"][0] == pytest.approx(want, rel=1e-9)
 
 
-def test_single_request_disaggregated_adds_transfer():
+def test_single_request_disaggregated_first_token_comes_from_decode():
+    """TTFT = prefill + KV transfer + the decode instance's first step (batch 1, prompt - 1 cached
+    tokens: it recomputes the last prompt token, as vLLM's connectors do); every output token is
+    generated on the decode instance. The older convention (TTFT at the prefill's end) fails here."""
     L, n = 300, 10
     cfg = SimConfig(policy="disaggregated", kv_bytes_per_token=1e6, link_gbs=20, link_latency_ms=0.5)
     df = simulate(one_request(L, n), cfg, TOY)
+    prefill = float(TOY.prefill_ms(L, L * L))
     xfer = L * 1e6 / 20e9 * 1e3 + 0.5
-    dec = sum(float(TOY.decode_ms(1, L + j)) for j in range(n - 1))
-    assert df["ttft_ms"][0] == pytest.approx(float(TOY.prefill_ms(L, L * L)), rel=1e-9)
-    assert df["e2e_ms"][0] == pytest.approx(df["ttft_ms"][0] + xfer + dec, rel=1e-9)
+    steps = [float(TOY.decode_ms(1, L - 1 + j)) for j in range(n)]
+    assert df["prefill_done_s"][0] * 1e3 == pytest.approx(prefill, rel=1e-12)
+    assert df["kv_ready_s"][0] * 1e3 == pytest.approx(prefill + xfer, rel=1e-12)
+    assert df["ttft_ms"][0] == pytest.approx(prefill + xfer + steps[0], rel=1e-12)
+    assert df["e2e_ms"][0] == pytest.approx(prefill + xfer + sum(steps), rel=1e-12)
+    assert df["n_tokens"][0] == n
+    one = simulate(one_request(L, 1), cfg, TOY)  # a one-token request still gets its token from decode
+    assert one["ttft_ms"][0] == pytest.approx(prefill + xfer + steps[0], rel=1e-12) and one["n_tokens"][0] == 1
+
+
+def test_disaggregated_ttft_includes_transfer_queue_and_admission_wait():
+    """Two prompts arrive together and prefill in one batch; their KV caches cross one link in turn
+    (the latency overlaps); the decode instance holds one sequence, so the second waits for the
+    first to finish before its first decode step."""
+    L, n = 200, 5
+    wl = Workload([0.0, 0.0], [L, L], [n, n])
+    cfg = SimConfig(policy="disaggregated", max_batch=1, kv_bytes_per_token=1e6, link_gbs=10, link_latency_ms=0.3)
+    df = simulate(wl, cfg, TOY)
+    prefill = float(TOY.prefill_ms(2 * L, 2 * L * L))
+    xfer = L * 1e6 / 10e9 * 1e3 + 0.3
+    steps = [float(TOY.decode_ms(1, L - 1 + j)) for j in range(n)]
+    ready = [prefill + xfer, prefill + 2 * xfer - 0.3]
+    assert df["kv_ready_s"].to_numpy() * 1e3 == pytest.approx(ready, rel=1e-12)
+    assert df["ttft_ms"][0] == pytest.approx(ready[0] + steps[0], rel=1e-12)
+    first_done = ready[0] + sum(steps)
+    assert first_done > ready[1]  # the second really waited for admission
+    assert df["ttft_ms"][1] == pytest.approx(first_done + steps[0], rel=1e-12)
+    assert df["e2e_ms"][1] == pytest.approx(first_done + sum(steps), rel=1e-12)
 
 
 @pytest.mark.parametrize("rho", [0.2, 0.5])
 def test_md1_mean_wait_matches_pollaczek_khinchine(rho):
-    """One prefill instance serving one fixed-length prompt at a time is an M/D/1 queue: mean wait
+    """One prefill instance serving one fixed-length prompt at a time is an M/D/1 queue: mean wait in it
     W = rho D / (2 (1 - rho)). Tolerance: 4 standard errors from 40 batch means of 500 requests
     (the first batch dropped as warm-up), a two-sided test at about 1e-4 false-alarm rate."""
     cost = CostModel(a=1.0, b=0.01, c=0.0, d=1.0, e=0.0, f=0.0)
@@ -88,7 +138,8 @@ def test_md1_mean_wait_matches_pollaczek_khinchine(rho):
     wl = WorkloadConfig(n_requests=20_500, rate=rho / D * 1e3, prompt=LengthDist("fixed", L),
                         output=LengthDist("fixed", 1), seed=11)
     cfg = SimConfig(policy="disaggregated", n_prefill=1, max_prefill_batch=1)
-    wait = simulate(wl, cfg, cost)["ttft_ms"].to_numpy()[500:] - D
+    df = simulate(wl, cfg, cost)
+    wait = (df["prefill_done_s"] - df["arrival_s"]).to_numpy()[500:] * 1e3 - D
     means = wait.reshape(40, 500).mean(axis=1)
     se = means.std(ddof=1) / np.sqrt(len(means))
     W = rho * D / (2 * (1 - rho))
@@ -96,19 +147,21 @@ def test_md1_mean_wait_matches_pollaczek_khinchine(rho):
     assert abs(wait.mean() - W) < 4 * se
 
 
-def test_more_decode_instances_never_worsen_tpot():
+def test_more_decode_instances_never_worsen_latency():
+    """Decode-bound load (KV-limited decode instances): each added decode instance lowers or keeps
+    mean and p99 TPOT, mean TTFT (the admission wait is part of it) and mean E2E."""
     wl = WorkloadConfig(n_requests=1500, rate=60.0, prompt=LengthDist("lognormal", 200, low=10, high=1000),
                         output=LengthDist("lognormal", 100, low=2, high=500), seed=5)
     cost = CostModel(a=3.0, b=0.02, c=0.0, d=8.0, e=0.5, f=0.002)
-    mean, p99 = [], []
+    stats = []
     for nd in range(1, 5):
         df = simulate(wl, SimConfig(policy="disaggregated", n_prefill=2, n_decode=nd,
                                     kv_capacity_tokens=20_000), cost)
-        mean.append(df["tpot_ms"].mean())
-        p99.append(np.nanpercentile(df["tpot_ms"], 99))
-    assert all(x >= y for x, y in itertools.pairwise(mean)), mean
-    assert all(x >= y for x, y in itertools.pairwise(p99)), p99
-    assert mean[0] > 1.5 * mean[-1]  # the load really was decode-bound at one instance
+        stats.append((df["tpot_ms"].mean(), np.nanpercentile(df["tpot_ms"], 99), df["ttft_ms"].mean(),
+                      df["e2e_ms"].mean()))
+    for col in zip(*stats):
+        assert all(x >= y for x, y in itertools.pairwise(col)), stats
+    assert stats[0][3] > 1.5 * stats[-1][3]  # the load really was decode-bound at one instance
 
 
 @pytest.mark.parametrize("policy", POLICIES)

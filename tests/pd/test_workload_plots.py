@@ -53,3 +53,21 @@ def test_grid_filters_and_figures():
     assert len(fig.data) == 3 * 2
     req = simulate(generate_workload(wl["w"]), SimConfig(policy="chunked"), cost)
     assert len(plots.plot_cdfs(req, by="policy").data) == 2
+
+
+def test_named_presets_and_labels_come_from_the_config():
+    from workbench.pd.sim import WORKLOAD_PRESETS
+
+    chat = WorkloadConfig.from_name("chat", n_requests=50, rate=3.0, seed=7)
+    assert (chat.n_requests, chat.rate, chat.seed, chat.output) == (50, 3.0, 7, WORKLOAD_PRESETS["chat"].output)
+    assert chat.label == "chat: 512 in / 128 out" and chat.prompt == LengthDist("lognormal", 512, 16, 4096, 0.8)
+    assert WorkloadConfig.from_name("long-prompt").label == "long prompt: 2048 in / 128 out"
+    assert WorkloadConfig(prompt=LengthDist("uniform", low=20, high=300)).label == "20-300 in / 128 out"
+    with pytest.raises(ValueError, match="did you mean 'chat'"):
+        WorkloadConfig.from_name("chta")
+    assert SimConfig(policy="chunked", n_instances=3, chunk_budget=256).label == "chunked x3 budget 256"
+    assert SimConfig(policy="disaggregated", n_prefill=2, n_decode=1, link_gbs=25.0).label == \
+        "disaggregated 2P+1D link 25"
+    grid = deployment_grid(SimConfig(), splits=((1, 2),), chunk_budgets=(512,), link_gbs=(None,))
+    assert list(grid) == ["colocated x3", "chunked x3 budget 512", "disaggregated 1P+2D link 450"]
+    assert all(cfg.label == label for label, cfg in grid.items())

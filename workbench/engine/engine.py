@@ -213,6 +213,37 @@ class Engine:
         self._len_host[dst] = length
         self._len_dev[idx] = length
 
+    def read_slot_kv(self, slot: int, length: int) -> torch.Tensor:
+        """A copy of slot ``slot``'s first ``length`` cached positions, every layer, keys then values:
+        ``[2, n_layers, n_kv_heads, length, head_dim]`` in the cache dtype, contiguous, on the engine's
+        device (``k_cache[:, slot, :, :length]`` stacked on ``v_cache[...]``); the payload a disaggregated
+        prefill instance sends. Raises ValueError if ``length`` exceeds the slot's cached length."""
+        if not 0 <= slot < self.max_batch:
+            raise ValueError(f"slot={slot} outside [0, {self.max_batch})")
+        if not 0 <= length <= int(self._len_host[slot]):
+            raise ValueError(f"length {length} outside [0, {int(self._len_host[slot])}] cached in slot {slot}")
+        return torch.stack((self.k_cache[:, slot, :, :length], self.v_cache[:, slot, :, :length]))
+
+    def write_slot_kv(self, slot: int, kv: torch.Tensor) -> None:
+        """Write ``kv`` ``[2, n_layers, n_kv_heads, L, head_dim]`` (the layout of :meth:`read_slot_kv`)
+        into slot ``slot``'s positions ``0..L-1``; the slot's length becomes ``L`` (a disaggregated decode
+        instance admitting a transferred prompt; roll it back with :meth:`truncate_slot`). Converts to
+        the cache's device and dtype. Raises ValueError on a bad slot, shape or ``L > max_seq``."""
+        if not 0 <= slot < self.max_batch:
+            raise ValueError(f"slot={slot} outside [0, {self.max_batch})")
+        s = self.spec
+        if kv.dim() != 5 or (kv.shape[0], kv.shape[1], kv.shape[2], kv.shape[4]) != (2, s.n_layers, s.n_kv_heads,
+                                                                                     s.head_dim):
+            raise ValueError(f"kv has shape {tuple(kv.shape)}; expected [2, {s.n_layers}, {s.n_kv_heads}, L, "
+                             f"{s.head_dim}] (Engine.read_slot_kv of the same model)")
+        length = kv.shape[3]
+        if length > self.max_seq:
+            raise ValueError(f"kv holds {length} positions > max_seq={self.max_seq}; build a larger engine")
+        self.k_cache[:, slot, :, :length] = kv[0]
+        self.v_cache[:, slot, :, :length] = kv[1]
+        self._len_host[slot] = length
+        self._len_dev[slot] = length
+
     def synchronize(self) -> None:
         """Wait for queued device work."""
         if self.device.type == "cuda":

@@ -1,6 +1,6 @@
 """Prefill/decode study: hardware specs, roofline, fitted cost model, timing profile, serving simulator."""
 
-from workbench.pd.costmodel import CostModel
+from workbench.pd.costmodel import CostModel, PoolCosts, speculative_decode_cost
 from workbench.pd.hardware import PRESETS, HardwareSpec
 from workbench.pd.metrics import summarize
 from workbench.pd.roofline import MODEL_PRESETS, ModelSpec
@@ -14,10 +14,12 @@ __all__ = [
            "HardwareSpec",
            "LengthDist",
            "ModelSpec",
+           "PoolCosts",
            "SimConfig",
            "Workload",
            "WorkloadConfig",
            "goodput_vs_rate",
            "simulate",
+           "speculative_decode_cost",
            "summarize",
 ]

@@ -24,7 +24,7 @@ import pandas as pd
 from workbench.pd.hardware import HardwareSpec
 from workbench.pd.roofline import ModelSpec
 
-__all__ = ["CostModel"]
+__all__ = ["CostModel", "PoolCosts", "speculative_decode_cost"]
 
 _PREFILL = ("a", "b", "c")
 _DECODE = ("d", "e", "f")
@@ -66,14 +66,26 @@ class CostModel:
         return np.maximum(self.d + self.e * batch + self.f * kv_tokens, d2 + e2 * batch + f2 * kv_tokens)
 
     def mixed_ms(self, tokens, attn_sq, batch, kv_tokens):
-        """Time of a hybrid step (prefill chunk(s) + decodes, Sarathi-Serve); reduces to the pure forms."""
+        """Time of a hybrid step (prefill chunk(s) + decodes, Sarathi-Serve); reduces to the pure forms.
+        Python scalars (see :meth:`mixed_step`)."""
+        return self.mixed_step()(tokens, attn_sq, batch, kv_tokens)
+
+    def mixed_step(self):
+        """:meth:`mixed_ms` as a function with the coefficients bound, for event loops that call it
+        once per step: ``max(fix + b tokens + c attn_sq + e batch + f kv_tokens)`` over the two lines,
+        ``fix`` = the larger of the fixed costs of the phases present."""
+        a, b, c, d, e, f = self.a, self.b, self.c, self.d, self.e, self.f
         a2, b2, c2, d2, e2, f2 = self.floor
-        has_p, has_d = tokens > 0, batch > 0
-        fix1 = max(self.a if has_p else 0.0, self.d if has_d else 0.0)
-        fix2 = max(a2 if has_p else 0.0, d2 if has_d else 0.0)
-        t1 = fix1 + self.b * tokens + self.c * attn_sq + self.e * batch + self.f * kv_tokens
-        t2 = fix2 + b2 * tokens + c2 * attn_sq + e2 * batch + f2 * kv_tokens
-        return max(t1, t2)
+
+        def step_ms(tokens, attn_sq, batch, kv_tokens):
+            has_p, has_d = tokens > 0, batch > 0
+            fix1 = max(a if has_p else 0.0, d if has_d else 0.0)
+            fix2 = max(a2 if has_p else 0.0, d2 if has_d else 0.0)
+            t1 = fix1 + b * tokens + c * attn_sq + e * batch + f * kv_tokens
+            t2 = fix2 + b2 * tokens + c2 * attn_sq + e2 * batch + f2 * kv_tokens
+            return max(t1, t2)
+
+        return step_ms
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in _PREFILL + _DECODE} | {"floor": list(self.floor),
@@ -95,7 +107,7 @@ class CostModel:
             raise ValueError("compute_efficiency and bandwidth_efficiency must be in (0, 1]")
         if overhead_ms < 0:
             raise ValueError(f"overhead_ms={overhead_ms} must be >= 0")
-        flop_ms = 1e3 / (hw.bf16_flops * compute_efficiency)  # ms per FLOP
+        flop_ms = 1e3 / (hw.matmul_flops * compute_efficiency)  # ms per FLOP
         byte_ms = 1e3 / (hw.hbm_gbs * 1e9 * bandwidth_efficiency)  # ms per byte
         nd = model.n_layers * model.d_attn
         lm_head = 2.0 * model.vocab * model.hidden
@@ -146,3 +158,81 @@ class CostModel:
         out["pred_ms"] = pred
         out["rel_err"] = pred / out["ms"] - 1.0
         return out
+
+
+@dataclass(frozen=True)
+class PoolCosts:
+    """Step-time models per instance pool, e.g. a bf16 prefill pool and a W4A16 (or speculative)
+    decode pool, each a :class:`CostModel` fitted to a profile measured at its own precision.
+
+    * disaggregated: prefill instances time their steps with ``prefill`` (coefficients a, b, c);
+      decode instances with ``decode`` (all six: d, e, f for decode steps, a, b, c for the prompt
+      recomputed after a preemption on the decode instance);
+    * colocated and chunked: one instance runs both phases, so its prefill terms come from ``prefill``
+      and its decode terms from ``decode`` (:meth:`combined`).
+
+    With ``prefill == decode`` every policy gives exactly the single-model results. A study measuring
+    each precision passes ``PoolCosts(prefill=CostModel.fit(profile_bf16), decode=CostModel.fit(
+    profile_w4a16))`` wherever a single :class:`CostModel` is accepted. Raises ``TypeError`` when a
+    pool is not a :class:`CostModel`.
+    """
+
+    prefill: CostModel  # prefill instances / the prefill terms (a, b, c and their floor)
+    decode: CostModel  # decode instances / the decode terms (d, e, f and their floor)
+
+    def __post_init__(self):
+        for f in ("prefill", "decode"):
+            if not isinstance(getattr(self, f), CostModel):
+                raise TypeError(f"PoolCosts.{f} must be a CostModel, got {type(getattr(self, f)).__name__}")
+
+    @classmethod
+    def of(cls, cost: CostModel | PoolCosts) -> PoolCosts:
+        """``cost`` itself, or one :class:`CostModel` for both pools."""
+        if isinstance(cost, PoolCosts):
+            return cost
+        if not isinstance(cost, CostModel):
+            raise TypeError(f"cost must be a CostModel or PoolCosts, got {type(cost).__name__}")
+        return cls(cost, cost)
+
+    def combined(self) -> CostModel:
+        """One instance running both phases: prefill terms of ``prefill``, decode terms of ``decode``
+        (``prefill`` itself when the two are the same model)."""
+        p, d = self.prefill, self.decode
+        if p == d:
+            return p
+        return CostModel(a=p.a, b=p.b, c=p.c, d=d.d, e=d.e, f=d.f, floor=tuple(p.floor[:3]) + tuple(d.floor[3:]),
+                         source=f"prefill: {p.source}; decode: {d.source}")
+
+
+def speculative_decode_cost(cost: CostModel, *, tau: float, k: int, draft_ratio: float,
+                            verify_ratio: float = 1.0) -> CostModel:
+    """A decode pool with speculative decoding, as a per-emitted-token :class:`CostModel`.
+
+    One speculative step runs ``k`` draft steps (each ``draft_ratio`` = c times a target decode
+    step) and one target verify step over ``k + 1`` positions (``verify_ratio`` times a target decode
+    step, measured: above 1 where the extra positions cost), and emits ``tau`` tokens per sequence on
+    average (mean acceptance length, bonus token included). Time per emitted token is therefore
+    ``(k c + verify_ratio) / tau`` target decode steps: Leviathan et al. 2023 (arXiv 2211.17192),
+    Theorem 3.8, walltime improvement ``tau / (k c + 1)`` with ``tau = (1 - alpha^(k+1)) / (1 - alpha)``
+    (their eq. 1), here with a measured verify cost instead of 1. The decode coefficients d, e, f
+    (and their floor) are scaled by that factor; prefill terms are unchanged.
+
+    Fluid approximation: every step emits one token at the mean cost, so means of TPOT and E2E are
+    right in expectation, while the burstiness of ITL (``tau`` tokens at once) is not modelled.
+    Raises ``ValueError`` for ``k < 1``, ``tau`` outside ``[1, k + 1]``, ``draft_ratio < 0`` or
+    ``verify_ratio <= 0``.
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"speculative_decode_cost: k={k!r} must be an integer >= 1 (draft tokens per step)")
+    if not 1.0 <= tau <= k + 1:
+        raise ValueError(f"speculative_decode_cost: tau={tau!r} must be in [1, k + 1 = {k + 1}] "
+                         "(tokens per target step, bonus included)")
+    if not draft_ratio >= 0 or not verify_ratio > 0:
+        raise ValueError(f"speculative_decode_cost: draft_ratio={draft_ratio!r} must be >= 0 and "
+                         f"verify_ratio={verify_ratio!r} > 0")
+    s = (k * draft_ratio + verify_ratio) / tau
+    fl = cost.floor
+    return CostModel(a=cost.a, b=cost.b, c=cost.c, d=cost.d * s, e=cost.e * s, f=cost.f * s,
+                     floor=(fl[0], fl[1], fl[2], fl[3] * s, fl[4] * s, fl[5] * s),
+                     source=f"speculative decode (k={k}, tau={tau:g}, c={draft_ratio:g}, verify x{verify_ratio:g}) "
+                            f"over {cost.source}")

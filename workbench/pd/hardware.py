@@ -1,7 +1,8 @@
 """Accelerator specs for the roofline: datasheet presets and values measured on the spot.
 
-Terms: *HBM bandwidth* is the device memory bandwidth in GB/s (10^9 bytes/s); *bf16 FLOP/s* the dense
-(no 2:4 sparsity) bf16 tensor rate; *interconnect* the per-direction link bandwidth between two
+Terms: *HBM bandwidth* is the device memory bandwidth in GB/s (10^9 bytes/s); *matmul FLOP/s* the dense
+(no 2:4 sparsity) matmul rate in ``flops_dtype``: the datasheet bf16 tensor rate for the presets, the
+rate measured in the model's dtype for :meth:`HardwareSpec.measure` (float32 on a CPU); *interconnect* the per-direction link bandwidth between two
 instances of the same kind (NVLink where the part has it, else PCIe) plus a one-way latency, used
 for the KV cache transfer of disaggregated serving (DistServe, arXiv 2401.09670, sec. 4.3).
 """
@@ -29,16 +30,17 @@ class HardwareSpec:
 
     name: str
     hbm_gbs: float  # device memory bandwidth, GB/s: bounds every decode step (weights are read once per step)
-    bf16_flops: float  # dense bf16 tensor FLOP/s: bounds prefill (2 FLOPs per parameter per token)
+    matmul_flops: float  # dense matmul FLOP/s in flops_dtype: bounds prefill (2 FLOPs per parameter per token)
     mem_gb: float  # device memory, GB: weights + KV cache must fit
     link_gbs: float  # interconnect per direction, GB/s: KV transfer prefill -> decode instance
     link_latency_us: float = 10.0  # one-way link latency, us (order of magnitude; not a datasheet value)
+    flops_dtype: str = "bfloat16"  # dtype of matmul_flops: bfloat16 (datasheets), the measured dtype otherwise
     source: str = ""  # where the numbers come from (datasheet URL or "measured")
     extra: dict = field(default_factory=dict, compare=False, hash=False)  # raw measurements
 
     def __post_init__(self):
         check_field_types(self)  # numbers, not strings or NaN; every error names its field
-        for f in ("hbm_gbs", "bf16_flops", "mem_gb", "link_gbs"):
+        for f in ("hbm_gbs", "matmul_flops", "mem_gb", "link_gbs"):
             v = getattr(self, f)
             if not v > 0:
                 raise ValueError(f"HardwareSpec.{f}={v!r} must be > 0; pass the datasheet or measured value")
@@ -48,7 +50,7 @@ class HardwareSpec:
     @property
     def ridge_flops_per_byte(self) -> float:
         """Arithmetic intensity (FLOP/byte) where compute and bandwidth bounds meet (Williams et al. 2009)."""
-        return self.bf16_flops / (self.hbm_gbs * 1e9)
+        return self.matmul_flops / (self.hbm_gbs * 1e9)
 
     @classmethod
     def from_name(cls, name: str) -> HardwareSpec:
@@ -63,8 +65,8 @@ class HardwareSpec:
 
         * bandwidth: ``dst.copy_(src)`` of ``copy_mb`` MiB, counting read + write bytes (STREAM "copy");
         * FLOP/s: an ``[n, n] @ [n, n]`` matmul, ``2 n^3`` FLOPs, in ``dtype`` (default bf16 on CUDA,
-          float32 on CPU where bf16 GEMMs are often not the fast path); stored in ``bf16_flops`` as
-          "the rate the model's dtype gets here";
+          float32 on CPU where bf16 GEMMs are often not the fast path), stored in ``matmul_flops`` with
+          ``flops_dtype`` naming that dtype;
         * memory: CUDA total memory, or the host's physical memory on CPU;
         * link: ``link_gbs`` if given, else the measured copy bandwidth (same host: the "link" is memory).
         """
@@ -102,8 +104,8 @@ class HardwareSpec:
         else:
             mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
             dev_name = f"cpu x{torch.get_num_threads()} threads"
-        return cls(name=f"measured {dev_name}", hbm_gbs=bw, bf16_flops=flops, mem_gb=mem_gb,
-                   link_gbs=link_gbs or bw, link_latency_us=link_latency_us,
+        return cls(name=f"measured {dev_name}", hbm_gbs=bw, matmul_flops=flops, mem_gb=mem_gb,
+                   link_gbs=link_gbs or bw, link_latency_us=link_latency_us, flops_dtype=str(dtype)[6:],
                    source=f"measured: copy {copy_mb} MiB, matmul {matmul_n}^3 {str(dtype)[6:]}, best of {repeats}",
                    extra={"copy_s": t_copy, "matmul_s": t_mm, "device": str(device)})
 
@@ -113,23 +115,23 @@ class HardwareSpec:
 # else PCIe (Gen4 x16: 32 GB/s per direction).
 PRESETS: dict[str, HardwareSpec] = {
     "a100-80g": HardwareSpec(
-        "A100-80G", hbm_gbs=2039, bf16_flops=312e12, mem_gb=80, link_gbs=300, link_latency_us=10,
+        "A100-80G", hbm_gbs=2039, matmul_flops=312e12, mem_gb=80, link_gbs=300, link_latency_us=10,
         source="NVIDIA A100 datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
                "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): A100 80GB SXM"),
     "h100-sxm": HardwareSpec(
-        "H100-SXM", hbm_gbs=3350, bf16_flops=989.4e12, mem_gb=80, link_gbs=450, link_latency_us=10,
+        "H100-SXM", hbm_gbs=3350, matmul_flops=989.4e12, mem_gb=80, link_gbs=450, link_latency_us=10,
         source="NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100/): H100 SXM, bf16 1979 TFLOPS "
                "with sparsity -> 989 dense"),
     "h200": HardwareSpec(
-        "H200", hbm_gbs=4800, bf16_flops=989.4e12, mem_gb=141, link_gbs=450, link_latency_us=10,
+        "H200", hbm_gbs=4800, matmul_flops=989.4e12, mem_gb=141, link_gbs=450, link_latency_us=10,
         source="NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200/): H200 SXM, 4.8 TB/s HBM3e, "
                "141 GB, bf16 1979 TFLOPS with sparsity -> 989 dense"),
     "l40s": HardwareSpec(
-        "L40S", hbm_gbs=864, bf16_flops=362.05e12, mem_gb=48, link_gbs=32, link_latency_us=20,
+        "L40S", hbm_gbs=864, matmul_flops=362.05e12, mem_gb=48, link_gbs=32, link_latency_us=20,
         source="NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s/): 864 GB/s GDDR6, 48 GB, "
                "bf16 733 TFLOPS with sparsity -> 362 dense; PCIe Gen4 x16, no NVLink"),
     "rtx-4090": HardwareSpec(
-        "RTX 4090", hbm_gbs=1008, bf16_flops=165.2e12, mem_gb=24, link_gbs=32, link_latency_us=20,
+        "RTX 4090", hbm_gbs=1008, matmul_flops=165.2e12, mem_gb=24, link_gbs=32, link_latency_us=20,
         source="NVIDIA Ada Lovelace architecture whitepaper v2.1, Appendix A: RTX 4090 1008 GB/s "
                "GDDR6X, 24 GB, bf16 tensor 165.2 TFLOPS with FP32 accumulate (dense); PCIe Gen4 x16"),
 }

@@ -23,7 +23,9 @@ from workbench.pd.metrics import RequestStats, summarize
 from workbench.pd.profile import extend
 from workbench.pd.sim import SimConfig, Workload, simulate
 
-__all__ = ["CPUClock", "compare_to_sim", "run_serving", "sim_config_for"]
+__all__ = ["MIN_DRIFT_PCT", "CPUClock", "compare_to_sim", "run_serving", "sim_config_for"]
+
+MIN_DRIFT_PCT = 1.0  # a speed change below 1% is within a profile point's repeat-to-repeat spread
 
 
 class CPUClock:
@@ -158,10 +160,19 @@ def sim_config_for(runner, *, max_prefill_batch: int = 4) -> SimConfig:
                      kv_capacity_tokens=runner.max_batch * runner.max_seq)
 
 
-def compare_to_sim(measured: pd.DataFrame, workload: Workload, cost: CostModel, config: SimConfig) -> pd.DataFrame:
+def compare_to_sim(measured: pd.DataFrame, workload: Workload, cost: CostModel, config: SimConfig,
+                   drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """Simulate ``workload`` under ``config`` with ``cost`` and compare to ``measured`` (from
     :func:`run_serving`): one row per metric (mean and p50/p90/p99 of TTFT, TPOT, E2E) with
-    ``real``, ``sim`` and ``err_pct = 100 (sim - real) / real``."""
+    ``real``, ``sim`` and ``err_pct = 100 (sim - real) / real``.
+
+    ``drift`` (from :func:`workbench.pd.profile.drift_check`, run after the loop): the machine's
+    speed change since the profile the cost model was fitted to, per phase. Adds ``drift_pct`` (the
+    prefill point's for TTFT, the decode point's for TPOT, the larger in size for E2E) and
+    ``warning``: True where ``|drift_pct| > |err_pct|``, i.e. the machine moved more than the error
+    shown, so that error says nothing about the simulator (changes below :data:`MIN_DRIFT_PCT` are
+    timing noise and never warn).
+    """
     sim = summarize(simulate(workload, config, cost)).iloc[0]
     real = summarize(measured).iloc[0]
     rows = []
@@ -169,4 +180,12 @@ def compare_to_sim(measured: pd.DataFrame, workload: Workload, cost: CostModel, 
         for stat in ("mean", "p50", "p90", "p99"):
             k = f"{stat}_{m}_ms"
             rows.append({"metric": k, "real": real[k], "sim": sim[k], "err_pct": 100 * (sim[k] / real[k] - 1)})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if drift is not None:
+        by_phase = dict(zip(drift["phase"], drift["drift_pct"]))
+        both = max(by_phase.values(), key=abs)
+        phase_drift = {"ttft": by_phase["prefill"], "tpot": by_phase["decode"], "e2e": both}
+        out["drift_pct"] = [phase_drift[k.split("_")[1]] for k in out["metric"]]
+        moved = out["drift_pct"].abs()
+        out["warning"] = (moved > out["err_pct"].abs()) & (moved >= MIN_DRIFT_PCT)
+    return out

@@ -1,27 +1,75 @@
-"""Serving metrics, per request and in aggregate, with the definitions of ``vllm bench serve``.
+"""Serving metrics, per request and in aggregate, with the definitions of ``vllm bench serve``, and
+the SLOs that define goodput.
 
 Per request: ``ttft_ms`` (arrival -> first output token), ``tpot_ms = (e2e - ttft) / (n_out - 1)``
 (NaN when ``n_out == 1``), ``itl_ms`` (gaps between consecutive tokens; measured runs only),
-``e2e_ms`` (arrival -> last token).
-Aggregate: ``throughput_rps`` = completed / duration, ``output_tok_s``, ITL statistics pooled over all
-token gaps (when ``itl_ms`` lists are present), and ``goodput_rps`` = requests
-meeting *every* given SLO / duration (``vllm bench serve --goodput``; a request with one output token
-has TPOT 0 there, so it passes the TPOT SLO); duration = last finish - first arrival. Percentiles are
-``numpy.percentile`` (linear), as vLLM reports them.
+``e2e_ms`` (arrival -> last token). A request without a TTFT or an E2E latency (NaN) did not finish.
+
+Aggregate (vLLM 0.11.0 ``vllm/benchmarks/serve.py``, ``calculate_metrics``): ``throughput_rps`` =
+completed requests / duration, ``output_tok_s``, ITL statistics pooled over all token gaps (when
+``itl_ms`` lists are present), and ``goodput_rps`` = good requests / duration, where a request is
+*good* when it completed and meets every SLO given, each inclusive (``SLO >= metric``). vLLM builds
+its TTFT, TPOT and E2E lists from successful requests only, so an unfinished request meets no SLO;
+a completed request with one output token has TPOT 0 there, so it passes a TPOT SLO.
+``slo_attainment`` = good / all requests (unfinished ones count as misses). Duration = last finish -
+first arrival over completed requests. Percentiles are ``numpy.percentile`` (linear), over completed
+requests, as vLLM reports them.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from workbench.pd.sim.config import SLO
+from workbench.validate import check_field_types
 
-__all__ = ["PERCENTILES", "RequestStats", "request_metrics", "summarize"]
+__all__ = ["PERCENTILES", "SLO", "SLO_PRESETS", "RequestStats", "good_requests", "request_metrics", "summarize"]
 
 PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Per-request service-level objectives in ms; ``None`` = not checked. A request is *good* when it
+    completes and meets every SLO given (``vllm bench serve --goodput ttft:<ms> tpot:<ms> e2el:<ms>``)."""
+
+    ttft_ms: float | None = 400.0  # time to first token
+    tpot_ms: float | None = 40.0  # time per output token after the first
+    e2e_ms: float | None = None  # end-to-end latency
+
+    def __post_init__(self):
+        check_field_types(self)  # numbers or None, not strings or NaN
+        for f in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            v = getattr(self, f)
+            if v is not None and not v > 0:
+                raise ValueError(f"SLO.{f}={v!r} must be > 0 ms (or None to skip it)")
+
+    @property
+    def label(self) -> str:
+        """``"TTFT<=400 ms, TPOT<=40 ms"``: the SLOs checked, for tables and plot titles."""
+        parts = [f"{name}<={v:g} ms" for name, v in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms),
+                                                      ("E2E", self.e2e_ms)) if v is not None]
+        return ", ".join(parts) or "no SLO"
+
+    @classmethod
+    def from_name(cls, name: str) -> SLO:
+        """A preset from :data:`SLO_PRESETS`; unknown names raise ``ValueError`` with a suggestion."""
+        if name not in SLO_PRESETS:
+            hint = difflib.get_close_matches(str(name), list(SLO_PRESETS), n=1)
+            msg = f"unknown SLO preset {name!r}; choose one of {sorted(SLO_PRESETS)}"
+            raise ValueError(msg + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        return SLO_PRESETS[name]
+
+
+# SLOs for a 7B-class chat service in the manner of DistServe's per-application TTFT/TPOT targets
+# (arXiv 2401.09670); the values are this workbench's defaults, not the paper's.
+SLO_PRESETS: dict[str, SLO] = {
+    "chat": SLO(ttft_ms=400.0, tpot_ms=40.0),  # interactive chat: first token within 0.4 s, 25 tokens/s
+    "tight": SLO(ttft_ms=200.0, tpot_ms=15.0),  # a latency-critical service: 0.2 s, about 67 tokens/s
+}
 
 
 def request_metrics(arrival_ms, first_ms, finish_ms, n_out) -> dict:
@@ -57,30 +105,39 @@ class RequestStats:
         return df.sort_values("req_id").reset_index(drop=True) if len(df) else df
 
 
-def _good(df: pd.DataFrame, slo: SLO | None) -> np.ndarray:
-    good = np.ones(len(df), dtype=bool)
+def good_requests(df: pd.DataFrame, slo: SLO | None) -> np.ndarray:
+    """``[n]`` bool: request completed (finite ``ttft_ms`` and ``e2e_ms``) and meets every SLO in
+    ``slo`` (inclusive), a completed one-token request counting TPOT 0 (``vllm bench serve``)."""
+    ttft, e2e = df["ttft_ms"].to_numpy(np.float64), df["e2e_ms"].to_numpy(np.float64)
+    good = np.isfinite(ttft) & np.isfinite(e2e)
     if slo is None:
         return good
-    for col, lim in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2e_ms", slo.e2e_ms)):
+    tpot = df["tpot_ms"].to_numpy(np.float64)
+    one_token = df["output_len"].to_numpy() <= 1
+    tpot = np.where(np.isnan(tpot) & one_token, 0.0, tpot)
+    for v, lim in ((ttft, slo.ttft_ms), (tpot, slo.tpot_ms), (e2e, slo.e2e_ms)):
         if lim is not None:
-            v = df[col].to_numpy(np.float64)
-            good &= np.nan_to_num(v, nan=0.0) <= lim
+            good &= v <= lim  # NaN compares False: a missing metric fails its SLO
     return good
 
 
 def _summarize_one(df: pd.DataFrame, slo: SLO | None, percentiles) -> dict:
+    done = np.isfinite(df["ttft_ms"].to_numpy(np.float64)) & np.isfinite(df["e2e_ms"].to_numpy(np.float64))
+    arrival = df["arrival_s"].to_numpy(np.float64)
     if "finish_s" in df:
         end = df["finish_s"].to_numpy(np.float64)
     else:
-        end = df["arrival_s"].to_numpy(np.float64) + df["e2e_ms"].to_numpy(np.float64) / 1e3
-    dur = float(np.max(end) - df["arrival_s"].min())
-    good = _good(df, slo)
-    row = {"n_requests": len(df), "duration_s": dur, "throughput_rps": len(df) / dur,
-           "output_tok_s": float(df["output_len"].sum()) / dur, "goodput_rps": float(good.sum()) / dur,
-           "slo_attainment": float(good.mean())}
+        end = arrival + df["e2e_ms"].to_numpy(np.float64) / 1e3
+    n_done = int(done.sum())
+    dur = float(end[done].max() - arrival[done].min()) if n_done else np.nan
+    good = good_requests(df, slo)
+    per_s = 1.0 / dur if n_done else 0.0  # no completed request: every rate is 0
+    row = {"n_requests": len(df), "n_completed": n_done, "duration_s": dur, "throughput_rps": n_done * per_s,
+           "output_tok_s": float(df["output_len"].to_numpy()[done].sum()) * per_s,
+           "goodput_rps": float(good.sum()) * per_s, "slo_attainment": float(good.mean())}
     if slo is not None:
         row |= {"slo_ttft_ms": slo.ttft_ms, "slo_tpot_ms": slo.tpot_ms, "slo_e2e_ms": slo.e2e_ms}
-    cols = {c: df[c].to_numpy(np.float64) for c in ("ttft_ms", "tpot_ms", "e2e_ms")}
+    cols = {c: df[c].to_numpy(np.float64)[done] for c in ("ttft_ms", "tpot_ms", "e2e_ms")}
     if "itl_ms" in df:  # pooled over every token gap of every request, as vLLM reports ITL
         gaps = [np.asarray(x, np.float64) for x in df["itl_ms"]]
         cols["itl_ms"] = np.concatenate(gaps) if gaps else np.empty(0)

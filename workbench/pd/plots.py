@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 
 from workbench.figures import empty_figure, readable_log_axes
 from workbench.pd.costmodel import CostModel
+from workbench.pd.loop import MIN_DRIFT_PCT
 
 __all__ = ["goodput_note", "plot_cdfs", "plot_decode_profile", "plot_goodput", "plot_prefill_profile",
            "plot_sim_vs_real"]
@@ -127,11 +128,17 @@ def plot_goodput(summary: pd.DataFrame, *, x: str = "rate", title: str = "") -> 
 
 def plot_sim_vs_real(compare: pd.DataFrame, title: str = "") -> go.Figure:
     """Grouped bars of measured vs simulated metrics (from :func:`workbench.pd.loop.compare_to_sim`),
-    error in % as text."""
+    error in % as text. With ``drift_pct``/``warning`` columns (a drift check), the machine's speed
+    change is named under the title and each error within it is marked "!"."""
+    warn = compare["warning"].to_numpy(bool) if "warning" in compare else np.zeros(len(compare), bool)
+    text = [f"{e:+.0f}%" + ("!" if w else "") for e, w in zip(compare["err_pct"], warn)]
     fig = go.Figure()
     fig.add_bar(x=compare["metric"], y=compare["real"], name="measured")
-    fig.add_bar(x=compare["metric"], y=compare["sim"], name="simulated",
-                text=[f"{e:+.0f}%" for e in compare["err_pct"]], textposition="outside")
-    fig.update_layout(barmode="group", title=title or "Simulator vs real loop", yaxis_title="ms",
-                      template="plotly_white")
+    fig.add_bar(x=compare["metric"], y=compare["sim"], name="simulated", text=text, textposition="outside")
+    title = title or "Simulator vs real loop"
+    if "drift_pct" in compare and compare["drift_pct"].abs().max() >= MIN_DRIFT_PCT:
+        moved = compare["drift_pct"].abs().max()
+        title += (f"<br><sup>the machine's speed moved by {moved:.0f}% between the profile and a re-measurement "
+                  f"after the loop: errors marked ! are within that and say nothing about the simulator</sup>")
+    fig.update_layout(barmode="group", title=title, yaxis_title="ms", template="plotly_white")
     return fig

@@ -27,7 +27,7 @@ from workbench.pd.hardware import HardwareSpec
 from workbench.pd.roofline import ModelSpec
 from workbench.validate import check_field_types
 
-__all__ = ["ProfileConfig", "extend", "make_runner", "run_profile", "with_floors"]
+__all__ = ["ProfileConfig", "drift_check", "extend", "make_runner", "run_profile", "with_floors"]
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,6 @@ def run_profile(runner, config: ProfileConfig = ProfileConfig(), *, progress: bo
         raise ValueError(f"runner has max_batch={runner.max_batch}, max_seq={runner.max_seq}; the profile "
                          f"needs >= {config.max_batch} and >= {config.max_seq}")
     g = torch.Generator().manual_seed(config.seed)
-    vocab = runner.vocab_size
-    rows = []
     points = [("prefill", b, L) for b in config.prefill_batches for L in config.prompt_lens]
     points += [("decode", b, L) for b in config.decode_batches for L in config.context_lens]
     it = points
@@ -133,31 +131,54 @@ def run_profile(runner, config: ProfileConfig = ProfileConfig(), *, progress: bo
         from tqdm.auto import tqdm
 
         it = tqdm(points, desc="profile")
-    for phase, b, L in it:
-        # reversed slot order: the runner takes its general (gather) path, as a serving loop's
-        # scattered slots make it do (an Engine reads slots 0..B-1 in order without a gather)
-        slots = torch.arange(b).flip(0)
-        if phase == "prefill":
-            tok = torch.randint(0, vocab, (b, L), generator=g)
-
-            ts = _time(runner, partial(_step, runner, slots, tok, 0), config.repeats, config.warmup, clock)
-            rows.append(_row("prefill", b, L, b * L, b * L * L, 0, ts))
-        else:
-            for s in range(b):
-                runner.truncate_slot(s, 0)
-            extend(runner, slots, torch.randint(0, vocab, (b, L), generator=g))
-            tok = torch.randint(0, vocab, (b, 1), generator=g)
-
-            ts = _time(runner, partial(_step, runner, slots, tok, L), config.repeats, config.warmup, clock)
-            rows.append(_row("decode", b, L, b, 0, b * L, ts))
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([_time_point(runner, phase, b, L, config, clock, g) for phase, b, L in it])
     cfg = asdict(config)
     df["repeats_cfg"], df["warmup"], df["seed"] = cfg["repeats"], cfg["warmup"], cfg["seed"]
     return df
 
 
+def _time_point(runner, phase: str, b: int, L: int, config: ProfileConfig, clock, g: torch.Generator) -> dict:
+    """One profile row: a prefill step of ``b`` prompts of ``L`` tokens, or a decode step of ``b``
+    sequences with ``L`` cached tokens each, timed ``config.repeats`` times."""
+    vocab = runner.vocab_size
+    # reversed slot order: the runner takes its general (gather) path, as a serving loop's
+    # scattered slots make it do (an Engine reads slots 0..B-1 in order without a gather)
+    slots = torch.arange(b).flip(0)
+    if phase == "prefill":
+        tok = torch.randint(0, vocab, (b, L), generator=g)
+        ts = _time(runner, partial(_step, runner, slots, tok, 0), config.repeats, config.warmup, clock)
+        return _row("prefill", b, L, b * L, b * L * L, 0, ts)
+    for s in range(b):
+        runner.truncate_slot(s, 0)
+    extend(runner, slots, torch.randint(0, vocab, (b, L), generator=g))
+    tok = torch.randint(0, vocab, (b, 1), generator=g)
+    ts = _time(runner, partial(_step, runner, slots, tok, L), config.repeats, config.warmup, clock)
+    return _row("decode", b, L, b, 0, b * L, ts)
+
+
+def drift_check(runner, profile: pd.DataFrame, config: ProfileConfig = ProfileConfig(), *,
+                clock=time.perf_counter) -> pd.DataFrame:
+    """Re-time the largest prefill point and the largest decode point of ``profile`` now, with the
+    same repeats and clock: did the machine's speed move since the profile was measured (another
+    job, a frequency change)? One row per point: ``phase``, ``batch``, ``seq_len``, ``ms_profile``,
+    ``ms_now`` (medians) and ``drift_pct = 100 (ms_now / ms_profile - 1)``. Raises ``ValueError``
+    when ``profile`` lacks a phase."""
+    rows = []
+    g = torch.Generator().manual_seed(config.seed + 1)
+    for phase, size in (("prefill", "n_tokens"), ("decode", "kv_tokens")):
+        part = profile[profile["phase"] == phase]
+        if part.empty:
+            raise ValueError(f"drift_check: the profile has no {phase} rows")
+        ref = part.sort_values([size, "batch"]).iloc[-1]
+        now = _time_point(runner, phase, int(ref["batch"]), int(ref["seq_len"]), config, clock, g)
+        rows.append({"phase": phase, "batch": int(ref["batch"]), "seq_len": int(ref["seq_len"]),
+                     "ms_profile": float(ref["ms"]), "ms_now": now["ms"],
+                     "drift_pct": 100.0 * (now["ms"] / float(ref["ms"]) - 1.0)})
+    return pd.DataFrame(rows)
+
+
 def with_floors(profile: pd.DataFrame, model: ModelSpec, hw: HardwareSpec) -> pd.DataFrame:
-    """Add roofline lower bounds per row: ``compute_floor_ms`` (FLOPs / ``hw.bf16_flops``),
+    """Add roofline lower bounds per row: ``compute_floor_ms`` (FLOPs / ``hw.matmul_flops``),
     ``bandwidth_floor_ms`` (bytes / ``hw.hbm_gbs``) and ``floor_ms`` (their max), from
     :mod:`workbench.pd.roofline`. Prefill bytes: the weights once. Decode bytes: weights + KV read."""
     out = profile.copy()
@@ -169,7 +190,7 @@ def with_floors(profile: pd.DataFrame, model: ModelSpec, hw: HardwareSpec) -> pd
         else:
             flops = model.decode_flops(int(r.batch), float(r.kv_tokens))
             nbytes = model.decode_bytes(int(r.batch), float(r.kv_tokens))
-        comp.append(1e3 * flops / hw.bf16_flops)
+        comp.append(1e3 * flops / hw.matmul_flops)
         bw.append(1e3 * nbytes / (hw.hbm_gbs * 1e9))
     out["compute_floor_ms"], out["bandwidth_floor_ms"] = comp, bw
     out["floor_ms"] = np.maximum(out["compute_floor_ms"], out["bandwidth_floor_ms"])

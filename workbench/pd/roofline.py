@@ -143,11 +143,11 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 
 
 def prefill_time_ms(model: ModelSpec, hw: HardwareSpec, lengths) -> float:
-    """Roofline prefill time, ms: ``max(FLOPs / bf16_flops, weight_bytes / hbm)`` for one step."""
-    return 1e3 * max(model.prefill_flops(lengths) / hw.bf16_flops, model.weight_bytes / (hw.hbm_gbs * 1e9))
+    """Roofline prefill time, ms: ``max(FLOPs / matmul_flops, weight_bytes / hbm)`` for one step."""
+    return 1e3 * max(model.prefill_flops(lengths) / hw.matmul_flops, model.weight_bytes / (hw.hbm_gbs * 1e9))
 
 
 def decode_time_ms(model: ModelSpec, hw: HardwareSpec, batch: int, kv_tokens: float) -> float:
-    """Roofline decode step time, ms: ``max(FLOPs / bf16_flops, bytes / hbm)``."""
-    return 1e3 * max(model.decode_flops(batch, kv_tokens) / hw.bf16_flops,
+    """Roofline decode step time, ms: ``max(FLOPs / matmul_flops, bytes / hbm)``."""
+    return 1e3 * max(model.decode_flops(batch, kv_tokens) / hw.matmul_flops,
                      model.decode_bytes(batch, kv_tokens) / (hw.hbm_gbs * 1e9))

@@ -7,7 +7,7 @@ import pandas as pd
 
 from workbench.notebook import panel
 from workbench.pd import plots
-from workbench.pd.sim.core import select_deployments
+from workbench.pd.sim.grid import select_deployments
 
 __all__ = ["policy_explorer"]
 

@@ -1,4 +1,4 @@
-"""Deployment configuration of the serving simulator and the SLOs that define goodput."""
+"""Deployment configuration of the serving simulator."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from workbench.pd.hardware import HardwareSpec
 from workbench.pd.roofline import ModelSpec
+from workbench.pd.sim.policies import check_policy
 from workbench.validate import check_field_types
 
-__all__ = ["SLO", "SimConfig"]
+__all__ = ["SimConfig"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,6 @@ class SimConfig:
     link_latency_ms: float = 0.01  # link latency per transfer, ms
 
     def __post_init__(self):
-        from workbench.pd.sim.policies import check_policy
-
         check_field_types(self)  # integer fields take integers; every error names its field
         check_policy(self.policy)
         for f in ("n_instances", "n_prefill", "n_decode", "max_batch", "max_prefill_tokens",
@@ -50,6 +49,16 @@ class SimConfig:
             raise ValueError(f"SimConfig.link_gbs={self.link_gbs} must be > 0 GB/s")
         if self.link_latency_ms < 0:
             raise ValueError(f"SimConfig.link_latency_ms={self.link_latency_ms} must be >= 0")
+
+    @property
+    def label(self) -> str:
+        """``"colocated x2"``, ``"chunked x2 budget 512"``, ``"disaggregated 1P+1D link 450"``: the
+        deployment as tables and legends name it, from its fields."""
+        if self.policy == "colocated":
+            return f"colocated x{self.n_instances}"
+        if self.policy == "chunked":
+            return f"chunked x{self.n_instances} budget {self.chunk_budget}"
+        return f"disaggregated {self.n_prefill}P+{self.n_decode}D link {self.link_gbs:g}"
 
     @property
     def n_gpus(self) -> int:
@@ -72,20 +81,3 @@ class SimConfig:
                     "kv_bytes_per_token": model.kv_bytes_per_token, "link_gbs": hw.link_gbs,
                     "link_latency_ms": hw.link_latency_us / 1e3}
         return cls(**(base | kw))
-
-
-@dataclass(frozen=True)
-class SLO:
-    """Per-request service-level objectives in ms; ``None`` = not checked. A request is *good* when it
-    meets every SLO given (``vllm bench serve --goodput ttft:<ms> tpot:<ms> e2el:<ms>``)."""
-
-    ttft_ms: float | None = 400.0  # time to first token
-    tpot_ms: float | None = 40.0  # time per output token after the first
-    e2e_ms: float | None = None  # end-to-end latency
-
-    def __post_init__(self):
-        check_field_types(self)  # numbers or None, not strings or NaN
-        for f in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            v = getattr(self, f)
-            if v is not None and not v > 0:
-                raise ValueError(f"SLO.{f}={v!r} must be > 0 ms (or None to skip it)")

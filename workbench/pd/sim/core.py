@@ -1,5 +1,5 @@
-"""``simulate`` one deployment on one workload; ``goodput_vs_rate`` and ``sweep_grid`` sweep rates and
-deployments; ``select_deployments``, ``first_win_rate`` and ``slo_capacity`` read the results."""
+"""``simulate`` one deployment on one workload; ``goodput_vs_rate`` sweeps rates; ``first_win_rate``
+and ``slo_capacity`` read the results (grids of deployments: :mod:`workbench.pd.sim.grid`)."""
 
 from __future__ import annotations
 
@@ -8,61 +8,68 @@ from dataclasses import asdict, replace
 import numpy as np
 import pandas as pd
 
-from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.config import SLO, SimConfig
+from workbench.pd.costmodel import CostModel, PoolCosts
+from workbench.pd.metrics import SLO, request_metrics, summarize
+from workbench.pd.sim.config import SimConfig
 from workbench.pd.sim.policies import get_policy
 from workbench.pd.sim.workload import Workload, WorkloadConfig, generate_workload
 
-__all__ = ["deployment_grid", "first_win_rate", "goodput_vs_rate", "select_deployments", "simulate",
-           "slo_capacity", "sweep_grid"]
+__all__ = ["CONFIG_COLS", "first_win_rate", "goodput_vs_rate", "simulate", "slo_capacity"]
 
-_CONFIG_COLS = ("policy", "n_instances", "n_prefill", "n_decode", "chunk_budget", "link_gbs",
+CONFIG_COLS = ("policy", "n_instances", "n_prefill", "n_decode", "chunk_budget", "link_gbs",
                 "kv_capacity_tokens")
 
 
-def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostModel, *,
+def simulate(workload: Workload | WorkloadConfig, config: SimConfig, cost: CostModel | PoolCosts, *,
              record_itl: bool = False) -> pd.DataFrame:
     """Serve ``workload`` with ``config`` and step times from ``cost``; one row per request.
 
+    ``cost``: one :class:`CostModel` for every instance, or :class:`PoolCosts` (a prefill pool's and a
+    decode pool's, e.g. measured at different precisions, or a speculative decode pool from
+    :func:`~workbench.pd.costmodel.speculative_decode_cost`).
+
     Columns: ``req_id``, ``arrival_s``, ``prompt_len``, ``output_len``, ``ttft_ms``, ``tpot_ms``,
     ``e2e_ms``, ``first_token_s``, ``finish_s``, ``n_preempt``, ``n_tokens`` (generated, counted by the
-    simulator), ``instance``, ``n_gpus`` and the config fields in ``_CONFIG_COLS``. Times are simulated
-    (ms from t = 0). Deterministic: the same inputs give the same frame.
+    simulator), ``instance``, ``n_gpus`` and the config fields in ``CONFIG_COLS``; disaggregated runs
+    add ``prefill_instance``, ``prefill_done_s`` and ``kv_ready_s``. Times are simulated (s or ms from
+    t = 0) and client-side: a disaggregated request's first token is the decode instance's (see
+    :mod:`workbench.pd.sim.policies.disaggregated`). Deterministic: the same inputs give the same frame.
     Raises ``ValueError`` when a request cannot fit an empty instance's KV cache
     (``prompt + output > kv_capacity_tokens``).
     """
-    from workbench.pd.metrics import request_metrics
-
     if isinstance(workload, WorkloadConfig):
         workload = generate_workload(workload)
     need = int(np.max(workload.prompt_len + workload.output_len))
     if need > config.kv_capacity_tokens:
         raise ValueError(f"SimConfig.kv_capacity_tokens={config.kv_capacity_tokens} is too small for one "
                          f"request of {need} tokens (prompt + output); raise it to >= {need}")
-    out = get_policy(config.policy)(workload, config, cost, record_itl)
+    out = get_policy(config.policy)(workload, config, PoolCosts.of(cost), record_itl)
     m = request_metrics(workload.arrival_s * 1e3, out["first_ms"], out["finish_ms"], workload.output_len)
     df = pd.DataFrame({"req_id": np.arange(len(workload)), "arrival_s": workload.arrival_s,
                        "prompt_len": workload.prompt_len, "output_len": workload.output_len, **m,
                        "first_token_s": out["first_ms"] / 1e3, "finish_s": out["finish_ms"] / 1e3,
                        "n_preempt": out["n_preempt"], "n_tokens": out["n_tokens"],
                        "instance": out["instance"]})
+    for key in ("prefill_done_ms", "kv_ready_ms"):  # disaggregated: the prefill side's times
+        if key in out:
+            df[key.replace("_ms", "_s")] = out[key] / 1e3
+    if "prefill_instance" in out:
+        df["prefill_instance"] = out["prefill_instance"]
     if record_itl:
         df["itl_ms"] = [np.diff(np.asarray(x, np.float64)) for x in out["token_ms"]]
         df["itl_max_ms"] = [float(x.max()) if x.size else np.nan for x in df["itl_ms"]]
     cfg = asdict(config)
-    for c in _CONFIG_COLS:
+    for c in CONFIG_COLS:
         df[c] = cfg[c]
     df["n_gpus"] = config.n_gpus
     return df
 
 
-def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cost: CostModel,
+def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cost: CostModel | PoolCosts,
                     rates, slo: SLO) -> pd.DataFrame:
     """Summaries (see :func:`workbench.pd.metrics.summarize`) for every deployment in ``configs``
     (label -> SimConfig) at every arrival rate (req/s, all GPUs together); columns ``label``, ``rate``
     first. The same seed is used at every rate (common random numbers)."""
-    from workbench.pd.metrics import summarize
-
     rows = []
     for r in rates:
         wl = generate_workload(replace(workload, rate=float(r)))
@@ -75,79 +82,12 @@ def goodput_vs_rate(workload: WorkloadConfig, configs: dict[str, SimConfig], cos
     return pd.concat(rows, ignore_index=True)
 
 
-def deployment_grid(base: SimConfig, splits=((1, 1),), chunk_budgets=(512,), link_gbs=(None,)) -> dict:
-    """Deployments at equal GPU count: for each ``(n_prefill, n_decode)`` split, colocated and chunked
-    (one per chunk budget) with ``n_prefill + n_decode`` instances, and disaggregated (one per link
-    bandwidth; ``None`` keeps ``base.link_gbs``). Returns label -> SimConfig; other fields from ``base``."""
-    out = {}
-    for n_p, n_d in splits:
-        n = n_p + n_d
-        out[f"colocated x{n}"] = replace(base, policy="colocated", n_instances=n)
-        for cb in chunk_budgets:
-            out[f"chunked x{n} budget {cb}"] = replace(base, policy="chunked", n_instances=n, chunk_budget=cb)
-        for bw in link_gbs:
-            bw = base.link_gbs if bw is None else bw
-            out[f"disaggregated {n_p}P+{n_d}D link {bw:g}"] = replace(
-                base, policy="disaggregated", n_prefill=n_p, n_decode=n_d, link_gbs=bw)
-    return out
-
-
-def sweep_grid(workloads: dict, deployments: dict, cost: CostModel, rates, slo: SLO,
-               keep: str = "quantiles", n_quantiles: int = 101) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Simulate every (workload label, deployment label, rate); returns ``(detail, summary)``: one
-    summary row per point, and ``detail`` = per-request rows (``keep="requests"``), ``n_quantiles``
-    quantiles ``q`` of ``ttft_ms`` and ``tpot_ms`` per point (``"quantiles"``: small enough to keep a
-    large grid for CDF sliders), or an empty frame (``"none"``). Both carry ``workload``, ``label``,
-    ``rate`` and the config columns, ready for sliders to filter."""
-    from workbench.pd.metrics import summarize
-
-    if keep not in ("quantiles", "requests", "none"):
-        raise ValueError(f"keep={keep!r}; choose 'quantiles', 'requests' or 'none'")
-    q = np.linspace(0.0, 1.0, n_quantiles)
-    details, sums = [], []
-    for wname, wcfg in workloads.items():
-        for r in rates:
-            wl = generate_workload(replace(wcfg, rate=float(r)))
-            for label, cfg in deployments.items():
-                df = simulate(wl, cfg, cost)
-                df["workload"], df["label"], df["rate"] = wname, label, float(r)
-                s = summarize(df, slo)
-                cols = ("workload", "label", "rate", *_CONFIG_COLS, "n_gpus")
-                for c in cols:
-                    s[c] = df[c].iloc[0]
-                sums.append(s)
-                if keep == "requests":
-                    details.append(df)
-                elif keep == "quantiles":
-                    qd = pd.DataFrame({"q": q, "ttft_ms": np.nanquantile(df["ttft_ms"], q),
-                                       "tpot_ms": np.nanquantile(df["tpot_ms"], q)
-                                       if df["tpot_ms"].notna().any() else np.nan})
-                    for c in cols:
-                        qd[c] = df[c].iloc[0]
-                    details.append(qd)
-    detail = pd.concat(details, ignore_index=True) if details else pd.DataFrame()
-    return detail, pd.concat(sums, ignore_index=True)
-
-
-def select_deployments(df: pd.DataFrame, n_prefill: int, n_decode: int, chunk_budget: int,
-                       link_gbs: float) -> pd.DataFrame:
-    """Rows of a :func:`sweep_grid` frame for one slider setting: colocated and chunked with
-    ``n_prefill + n_decode`` GPUs (chunked at ``chunk_budget``) and disaggregated ``n_prefill``P +
-    ``n_decode``D at ``link_gbs``."""
-    n = n_prefill + n_decode
-    pol, gpus = df["policy"], df["n_gpus"]
-    keep = ((pol == "colocated") & (gpus == n)) | ((pol == "chunked") & (gpus == n)
-                                                  & (df["chunk_budget"] == chunk_budget))
-    keep |= ((pol == "disaggregated") & (df["n_prefill"] == n_prefill) & (df["n_decode"] == n_decode)
-             & np.isclose(df["link_gbs"], link_gbs))
-    return df[keep]
-
-
 def first_win_rate(summary: pd.DataFrame, baseline: str, challenger: str, *, margin: float = 0.02,
                    min_attainment: float = 0.9):
     """Lowest ``rate`` at which ``challenger`` (a ``label``) has goodput more than ``margin`` (relative)
     above ``baseline``'s while still meeting the SLOs for at least ``min_attainment`` of its requests
-    (beyond that both are overloaded and a "win" means nothing); ``None`` if it never does."""
+    (beyond that both are overloaded and a "win" means nothing); ``None`` if it never does. A fixed
+    margin with no uncertainty: for a conclusion, use :func:`workbench.pd.verdict.compare_deployments`."""
     a = summary[summary["label"] == baseline].set_index("rate")
     b = summary[summary["label"] == challenger].set_index("rate")
     for r in sorted(set(a.index) & set(b.index)):

@@ -5,18 +5,22 @@ Arrivals: ``poisson`` (exponential gaps, mean ``1 / rate``) or ``gamma`` (gamma 
 and coefficient of variation ``cv``: shape ``1 / cv^2``, scale ``1 / (rate * shape)``; ``cv > 1`` is
 burstier than Poisson, ``cv = 1`` is Poisson), as in ``vllm bench serve --burstiness`` (= 1 / cv^2).
 The first request arrives at t = 0 (the benchmark start), the next after the first gap.
+
+Named presets (:data:`WORKLOAD_PRESETS`, :meth:`WorkloadConfig.from_name`) are shared by the
+notebooks and ``benchmarks/``; a config's :attr:`WorkloadConfig.label` is computed from its fields.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from workbench.validate import check_field_types
 
-__all__ = ["LengthDist", "Workload", "WorkloadConfig", "generate_workload"]
+__all__ = ["WORKLOAD_PRESETS", "LengthDist", "Workload", "WorkloadConfig", "generate_workload"]
 
 _KINDS = ("fixed", "uniform", "lognormal", "data")
 
@@ -48,6 +52,13 @@ class LengthDist:
             raise ValueError("LengthDist.values must be a non-empty tuple of lengths >= 1 for kind='data'")
 
     @property
+    def short(self) -> str:
+        """A few characters for labels: the length (fixed), the median (lognormal), ``low-high``
+        (uniform), ``trace`` (data)."""
+        return {"fixed": str(self.value), "lognormal": str(self.value), "uniform": f"{self.low}-{self.high}"}.get(
+            self.kind, "trace")
+
+    @property
     def max(self) -> int:
         """Largest length this distribution can produce."""
         return {"fixed": self.value, "data": max(self.values) if self.values else 0}.get(self.kind, self.high)
@@ -75,6 +86,7 @@ class WorkloadConfig:
     prompt: LengthDist = field(default_factory=lambda: LengthDist("fixed", 512))  # prompt tokens
     output: LengthDist = field(default_factory=lambda: LengthDist("fixed", 128))  # output tokens
     seed: int = 0  # numpy Generator seed
+    name: str = ""  # preset name, the head of the label ("chat"); empty for an ad-hoc workload
 
     def __post_init__(self):
         check_field_types(self)  # integer fields take integers; every error names its field
@@ -87,6 +99,22 @@ class WorkloadConfig:
                              "(for a trace use Workload.from_trace)")
         if not self.cv > 0:
             raise ValueError(f"WorkloadConfig.cv={self.cv} must be > 0 (1 = Poisson)")
+
+    @property
+    def label(self) -> str:
+        """``"chat: 512 in / 128 out"``: name, prompt and output lengths (medians where lognormal)."""
+        lengths = f"{self.prompt.short} in / {self.output.short} out"
+        return f"{self.name}: {lengths}" if self.name else lengths
+
+    @classmethod
+    def from_name(cls, name: str, **overrides) -> WorkloadConfig:
+        """A preset from :data:`WORKLOAD_PRESETS` with fields replaced by ``overrides`` (``n_requests``,
+        ``rate``, ``seed``, ...). Unknown names raise ``ValueError`` with a suggestion."""
+        if name not in WORKLOAD_PRESETS:
+            hint = difflib.get_close_matches(str(name), list(WORKLOAD_PRESETS), n=1)
+            msg = f"unknown workload preset {name!r}; choose one of {sorted(WORKLOAD_PRESETS)}"
+            raise ValueError(msg + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        return replace(WORKLOAD_PRESETS[name], **overrides)
 
 
 @dataclass
@@ -125,6 +153,17 @@ class Workload:
             raise ValueError(f"trace DataFrame lacks columns {sorted(missing)}")
         df = df.sort_values("arrival_s", kind="stable")
         return cls(df["arrival_s"].to_numpy(), df["prompt_len"].to_numpy(), df["output_len"].to_numpy())
+
+
+# Lognormal lengths, clipped: a chat service (median 512 prompt tokens, 128 output tokens) and
+# long-prompt requests (retrieval, summarisation) with the same outputs; this workbench's choices, not
+# a published trace. Rate, size and seed are set per study (from_name overrides).
+WORKLOAD_PRESETS: dict[str, WorkloadConfig] = {
+    "chat": WorkloadConfig(name="chat", prompt=LengthDist("lognormal", 512, 16, 4096, 0.8),
+                           output=LengthDist("lognormal", 128, 2, 2048, 0.8)),
+    "long-prompt": WorkloadConfig(name="long prompt", prompt=LengthDist("lognormal", 2048, 64, 8192, 0.5),
+                                  output=LengthDist("lognormal", 128, 2, 2048, 0.8)),
+}
 
 
 def generate_workload(config: WorkloadConfig) -> Workload:

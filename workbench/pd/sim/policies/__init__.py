@@ -1,6 +1,7 @@
 """Serving policies by name: a small explicit registry (one file per policy, as Vidur's
 ``scheduler/replica_scheduler/*``). Each module has ``NAME`` and
-``run(workload, config, cost, record=False) -> dict`` of per-request arrays (``first_ms``, ``finish_ms``, ``n_preempt``, ``n_tokens``, ``instance``; times in ms)."""
+``run(workload, config, costs: PoolCosts, record=False) -> dict`` of per-request arrays (``first_ms``,
+``finish_ms``, ``n_preempt``, ``n_tokens``, ``instance``; times in ms)."""
 
 from __future__ import annotations
 

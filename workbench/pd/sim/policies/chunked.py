@@ -9,144 +9,123 @@ admitted request when a step would overflow the cache.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 
-from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.instance import cum_steps, round_robin, step_ends, steps_until
+from workbench.pd.costmodel import CostModel, PoolCosts
+from workbench.pd.sim.instance import DecodeBatch, Requests, round_robin
 
 NAME = "chunked"
 
 
+class Prefills:
+    """Prompts being prefilled, FCFS: ``queue``, per request ``progress`` (prompt tokens done) and
+    ``active`` flags, and ``reserved`` (KV tokens held for their whole prompts)."""
+
+    __slots__ = ("active", "progress", "queue", "reserved")
+
+    def __init__(self, n: int):
+        self.queue: list = []
+        self.progress, self.active = [0] * n, [False] * n
+        self.reserved = 0
+
+
 def run_chunked(arr, prompt, n_out, cost: CostModel, cap: int, max_batch: int, budget: int,
-                record: bool = False):
-    """One chunked-prefill instance; lists in, ``(first_ms, finish_ms, n_preempt, n_tokens)`` lists out
-    (ms), plus every request's token times with ``record`` (see :func:`run_prefill_first`)."""
-    d, e, f = cost.d, cost.e, cost.f
-    d2, e2, f2 = cost.floor[3:]
-    n = len(arr)
-    nan = float("nan")
-    first, finish, npre, ntok = [nan] * n, [nan] * n, [0] * n, [0] * n
-    G, gj, Gj, fin, done_p = [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n
-    pref: list = []  # requests being prefilled, FCFS; each reserved prompt + G tokens of KV
-    heap: list = []
-    order: list = []  # admission order for LIFO preemption
-    waiting: deque = deque()
-    t, g, K, R, B, nxt, ndone = 0.0, 0, 0, 0, 0, 0, 0  # K: decoders' KV; R: reserved for prefills
-    inpref = [False] * n
-    dec_t = [0.0]  # with record: dec_t[g] = end time of the g-th step that decoded
-    toks: list = [[] for _ in range(n)] if record else []
-    while ndone < n:
+                record: bool = False) -> tuple:
+    """One chunked-prefill instance; lists in (``arr`` sorted, ms), :meth:`Requests.results` out
+    (see :func:`workbench.pd.sim.prefill_first.run_prefill_first`)."""
+    reqs = Requests(arr, prompt, n_out, None, record)
+    batch = DecodeBatch(reqs, cost, record)
+    prefills = Prefills(len(arr))
+    mixed_ms = cost.mixed_step()  # CostModel.mixed_ms with its coefficients bound
+    waiting: deque = deque()  # FCFS
+    admitted: list = []  # admission order into prefill: LIFO preemption victims
+    n, t, nxt = len(arr), 0.0, 0
+    while reqs.n_done < n:
         while nxt < n and arr[nxt] <= t:
             waiting.append(nxt)
             nxt += 1
-        if B == 0 and not pref and not waiting:
+        if batch.size == 0 and not prefills.queue and not waiting:
             t = arr[nxt]
             continue
-        while waiting and B + len(pref) < max_batch:  # admit into prefill, reserving the prompt's KV
-            i = waiting[0]
-            L = prompt[i] + G[i]
-            if K + R + L + B + len(pref) + 1 > cap:
-                break
-            waiting.popleft()
-            pref.append(i)
-            inpref[i], done_p[i] = True, 0
-            R += L
-            order.append(i)
-        while K + R + B > cap:  # preempt LIFO (recompute)
-            v = order.pop()
-            if inpref[v]:
-                inpref[v] = False
-                R -= prompt[v] + G[v]
-                pref.remove(v)
-            elif fin[v] >= 0:
-                Gv = Gj[v] + (g - gj[v])
-                K -= prompt[v] + Gv - 1
-                B -= 1
-                if record:
-                    toks[v].extend(dec_t[gj[v] + 1: g + 1])
-                G[v], fin[v] = Gv, -1
-            else:
-                continue
-            npre[v] += 1
-            waiting.appendleft(v)
-        if pref:  # ---- one hybrid step: B decode tokens + prefill chunks -------------------------------
-            room, tok, sq, fired = budget - B, 0, 0, []
-            for i in pref:
-                if room <= 0:
-                    break
-                L = prompt[i] + G[i]
-                m = min(L - done_p[i], room)
-                tok += m
-                sq += m * (2 * done_p[i] + m)
-                done_p[i] += m
-                room -= m
-                if done_p[i] == L:
-                    fired.append(i)
-            t += cost.mixed_ms(tok, sq, B, K)
-            if B:
-                g += 1
-                K += B
-                if record:
-                    dec_t.append(t)
-                while heap and heap[0][0] <= g:
-                    fg, i = heapq.heappop(heap)
-                    if fin[i] != fg:
-                        continue
-                    if record:
-                        toks[i].extend(dec_t[gj[i] + 1: g + 1])
-                    fin[i], finish[i], ntok[i] = -1, t, Gj[i] + g - gj[i]
-                    ndone += 1
-                    B -= 1
-                    K -= prompt[i] + n_out[i] - 1
-            for i in fired:
-                pref.remove(i)
-                inpref[i] = False
-                L = prompt[i] + G[i]
-                R -= L
-                G[i] += 1
-                if G[i] == 1:
-                    first[i] = t
-                if record:
-                    toks[i].append(t)
-                if G[i] >= n_out[i]:
-                    finish[i], ntok[i] = t, G[i]
-                    ndone += 1
-                    continue
-                K += L
-                B += 1
-                gj[i], Gj[i], fin[i] = g, G[i], g + n_out[i] - G[i]
-                heapq.heappush(heap, (fin[i], i))
+        if waiting:
+            _admit(reqs, batch, prefills, waiting, admitted, cap, max_batch)
+        if batch.kv_tokens + prefills.reserved + batch.size > cap:
+            _preempt(reqs, batch, prefills, waiting, admitted, cap)
+        if prefills.queue:
+            t = _hybrid_step(reqs, batch, prefills, mixed_ms, budget, t)
             continue
-        if B == 0:
+        if batch.size == 0:
             continue
-        # ---- decode-only stretch, advanced in closed form ------------------------------------------
-        while fin[heap[0][1]] != heap[0][0]:
-            heapq.heappop(heap)
-        k = min(heap[0][0] - g, (cap - K - R) // B)
-        al1, be1, al2, be2 = d + e * B + f * K, f * B, d2 + e2 * B + f2 * K, f2 * B
-        if not waiting and nxt < n:
-            k = steps_until(arr[nxt] - t, k, al1, be1, al2, be2)
-        if record:
-            dec_t.extend(step_ends(t, k, al1, be1, al2, be2))
-        t += cum_steps(k, al1, be1, al2, be2)
-        g += k
-        K += B * k
-        while heap and heap[0][0] <= g:
-            fg, i = heapq.heappop(heap)
-            if fin[i] != fg:
-                continue
-            if record:
-                toks[i].extend(dec_t[gj[i] + 1: g + 1])
-            fin[i], finish[i], ntok[i] = -1, t, Gj[i] + g - gj[i]
-            ndone += 1
-            B -= 1
-            K -= prompt[i] + n_out[i] - 1
-    return (first, finish, npre, ntok, toks) if record else (first, finish, npre, ntok)
+        # decode until the next completion or KV-full step, or the step during which a request arrives
+        until = arr[nxt] if not waiting and nxt < n else None
+        t = batch.advance(t, (cap - batch.kv_tokens - prefills.reserved) // batch.size, until)
+    return reqs.results()
 
 
-def run(workload, config, cost: CostModel, record: bool = False) -> dict:
+def _admit(reqs, batch, prefills: Prefills, waiting: deque, admitted: list, cap: int, max_batch: int) -> None:
+    """Move waiting requests into prefill, FCFS, reserving each whole prompt's KV cache."""
+    while waiting and batch.size + len(prefills.queue) < max_batch:
+        i = waiting[0]
+        length = reqs.prompt[i] + reqs.generated[i]
+        if batch.kv_tokens + prefills.reserved + length + batch.size + len(prefills.queue) + 1 > cap:
+            break
+        waiting.popleft()
+        prefills.queue.append(i)
+        prefills.active[i], prefills.progress[i] = True, 0
+        prefills.reserved += length
+        admitted.append(i)
+
+
+def _preempt(reqs, batch, prefills: Prefills, waiting: deque, admitted: list, cap: int) -> None:
+    """Preempt (recompute) the most recently admitted requests, prefilling or decoding, until a step fits."""
+    while batch.kv_tokens + prefills.reserved + batch.size > cap:
+        victim = admitted.pop()
+        if prefills.active[victim]:
+            prefills.active[victim] = False
+            prefills.reserved -= reqs.prompt[victim] + reqs.generated[victim]
+            prefills.queue.remove(victim)
+            reqs.n_preempt[victim] += 1
+        elif batch.finish_step[victim] >= 0:
+            batch.evict(victim)
+        else:
+            continue
+        waiting.appendleft(victim)
+
+
+def _hybrid_step(reqs, batch, prefills: Prefills, mixed_ms, budget: int, t: float) -> float:
+    """One step: a token for every running sequence, then prefill chunks up to ``budget`` tokens;
+    a prompt whose last chunk ran emits its first token and joins the batch; ``mixed_ms`` times it
+    (:meth:`CostModel.mixed_step`). Returns the end time."""
+    size, prompt, generated, progress = batch.size, reqs.prompt, reqs.generated, prefills.progress
+    room, tokens, attn_sq, finished = budget - size, 0, 0, []
+    for i in prefills.queue:
+        if room <= 0:
+            break
+        length = prompt[i] + generated[i]
+        done = progress[i]
+        m = min(room, length - done)
+        tokens += m
+        attn_sq += m * (2 * done + m)  # the chunk's query-key pairs, twice (CostModel docs)
+        progress[i] = done + m
+        room -= m
+        if done + m == length:
+            finished.append(i)
+    t += mixed_ms(tokens, attn_sq, size, batch.kv_tokens)
+    if size:
+        batch.tick(t)
+    for i in finished:
+        prefills.queue.remove(i)
+        prefills.active[i] = False
+        prefills.reserved -= reqs.prompt[i] + reqs.generated[i]
+        if not reqs.emit(i, t):
+            batch.join(i)
+    return t
+
+
+def run(workload, config, costs: PoolCosts, record: bool = False) -> dict:
     """Round-robin over ``config.n_instances`` chunked instances; per-request arrays (ms), and with
-    ``record`` ``token_ms``: every request's token times."""
+    ``record`` ``token_ms``: every request's token times. A hybrid step's prefill terms come from
+    ``costs.prefill``, its decode terms from ``costs.decode`` (:meth:`PoolCosts.combined`)."""
+    cost = costs.combined()
     return round_robin(workload, config.n_instances, record, lambda arr, prompt, out_len: run_chunked(
         arr, prompt, out_len, cost, config.kv_capacity_tokens, config.max_batch, config.chunk_budget, record))

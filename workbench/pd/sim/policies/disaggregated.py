@@ -1,65 +1,87 @@
 """Disaggregated prefill and decode (DistServe, Zhong et al. 2024, arXiv 2401.09670; Splitwise,
-Patel et al. 2024, arXiv 2311.18677).
+Patel et al. 2024, arXiv 2311.18677), with the request path of vLLM's P/D proxies.
 
-``n_prefill`` instances run prefill only (FCFS batches, round-robin routing) and emit the first token;
-the prompt's KV cache then crosses the link, ``transfer = prompt * kv_bytes_per_token / link + latency``
-(DistServe sec. 4.3), one transfer at a time per prefill instance's link; ``n_decode`` instances
-admit arriving KV caches into continuous decode batches (round-robin in arrival order), queueing when
-their KV memory is full and preempting (recompute on the decode instance) when it overflows.
+A request goes through three stages; the client's first token comes from the decode side:
+
+1. **prefill** on one of ``n_prefill`` instances (FCFS batches, round-robin routing), timed with the
+   prefill pool's cost model. The prefill instance emits one token that the client never sees: vLLM's
+   proxies send the prefill request with ``max_tokens=1`` and stream the client's response from the
+   decode instance (``benchmarks/disagg_benchmarks/disagg_prefill_proxy_server.py``;
+   ``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`` for the NixlConnector);
+2. **KV transfer** of the prompt's cache over the prefill instance's link, one transfer at a time:
+   ``prompt * kv_bytes_per_token / link_gbs + link_latency`` (DistServe sec. 4.3; link bandwidth and
+   latency from :class:`~workbench.pd.hardware.HardwareSpec` through ``SimConfig.for_hardware``). The
+   transfer starts when the prefill ends (a push, as ``P2pNcclConnector``; ``NixlConnector`` pulls
+   after decode admission instead, which moves the same transfer time behind the admission wait);
+3. **decode** on one of ``n_decode`` instances (round-robin in KV-arrival order), timed with the
+   decode pool's cost model: the request waits for admission (a free sequence slot and KV memory),
+   joins the continuous batch at a step boundary with ``prompt - 1`` cached tokens, and its first
+   decode step recomputes the last prompt token and emits the **first token**: vLLM's scheduler sets
+   ``num_computed_tokens = num_tokens - 1`` when remote KV has arrived (``Scheduler.
+   _update_waiting_for_remote_kv``; ``P2pNcclConnector`` loads ``prompt - 1`` tokens). Every output
+   token, the first included, is generated there; a preempted request is recomputed there.
+
+So TTFT = prefill queue + prefill + transfer + admission wait + one decode step, and TPOT/ITL are the
+decode instance's. ``prefill_done_ms`` (the prefill-side token, the TTFT of the older convention) and
+``kv_ready_ms`` are returned too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from workbench.pd.costmodel import CostModel
-from workbench.pd.sim.instance import run_prefill_first, run_prefill_only
+from workbench.pd.costmodel import PoolCosts
+from workbench.pd.sim.prefill_first import run_prefill_first, run_prefill_only
 
 NAME = "disaggregated"
 
 
-def run(workload, config, cost: CostModel, record: bool = False) -> dict:
-    """Per-request arrays: ``first_ms``, ``finish_ms``, ``n_preempt``, ``n_tokens``, ``instance``
-    (decode instance; -1 when the prefill token was the only one), ``prefill_instance``,
-    ``kv_ready_ms``; with ``record``, ``token_ms``: every request's token times (ms)."""
+def prefill_pool(workload, config, costs: PoolCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(prefill_instance, prefill_done_ms, kv_ready_ms)`` per request: round-robin prefill
+    instances, each prefill's end, and its KV cache's arrival at the decode side."""
     n = len(workload)
-    arr = workload.arrival_s * 1e3
-    prompt, n_out = workload.prompt_len, workload.output_len
-    first = np.full(n, np.nan)
-    pinst = np.arange(n) % config.n_prefill
-    ready = np.full(n, np.nan)
+    arr, prompt = workload.arrival_s * 1e3, workload.prompt_len
+    instance = np.arange(n) % config.n_prefill
+    done, ready = np.full(n, np.nan), np.full(n, np.nan)
     for inst in range(config.n_prefill):
-        idx = np.flatnonzero(pinst == inst)
+        idx = np.flatnonzero(instance == inst)
         if idx.size == 0:
             continue
-        done = np.asarray(run_prefill_only(arr[idx].tolist(), prompt[idx].tolist(), cost,
-                                           config.max_prefill_batch, config.max_prefill_tokens))
-        first[idx] = done
-        xfer = config.transfer_ms(prompt[idx].astype(np.float64))
-        link_free, ready_i = 0.0, np.empty(idx.size)
-        for q in range(idx.size):  # one transfer at a time on this instance's link
-            start = max(done[q], link_free)
-            link_free = start + xfer[q] - config.link_latency_ms
-            ready_i[q] = start + xfer[q]
-        ready[idx] = ready_i
-    finish = first.copy()
-    npre = np.zeros(n, np.int64)
-    ntok = np.ones(n, np.int64)  # the prefill instance's token
-    dinst = np.full(n, -1, np.int64)
-    go = np.flatnonzero(n_out > 1)
-    go = go[np.argsort(ready[go], kind="stable")]
-    dinst[go] = np.arange(go.size) % config.n_decode
-    token_ms = [[f] for f in first.tolist()] if record else None
+        done_i = run_prefill_only(arr[idx].tolist(), prompt[idx].tolist(), costs.prefill,
+                                  config.max_prefill_batch, config.max_prefill_tokens)
+        xfer = config.transfer_ms(prompt[idx].astype(np.float64)).tolist()
+        link_free, ready_i = 0.0, []
+        for end, x in zip(done_i, xfer):  # one transfer at a time on this instance's link
+            start = max(end, link_free)
+            link_free = start + x - config.link_latency_ms  # latency overlaps the next transfer
+            ready_i.append(start + x)
+        done[idx], ready[idx] = done_i, ready_i
+    return instance, done, ready
+
+
+def run(workload, config, costs: PoolCosts, record: bool = False) -> dict:
+    """Per-request arrays: ``first_ms`` and ``finish_ms`` (client-side, from the decode instance),
+    ``n_preempt``, ``n_tokens``, ``instance`` (decode instance), ``prefill_instance``,
+    ``prefill_done_ms``, ``kv_ready_ms``; with ``record``, ``token_ms``: every token's time (ms)."""
+    n = len(workload)
+    pinst, prefill_done, ready = prefill_pool(workload, config, costs)
+    prompt, n_out = workload.prompt_len, workload.output_len
+    out = {k: np.full(n, np.nan) for k in ("first_ms", "finish_ms")}
+    out |= {"n_preempt": np.zeros(n, np.int64), "n_tokens": np.zeros(n, np.int64),
+            "instance": np.zeros(n, np.int64), "token_ms": [None] * n if record else None,
+            "prefill_instance": pinst, "prefill_done_ms": prefill_done, "kv_ready_ms": ready}
+    by_ready = np.argsort(ready, kind="stable")
+    out["instance"][by_ready] = np.arange(n) % config.n_decode
     for inst in range(config.n_decode):
-        idx = go[dinst[go] == inst]
+        idx = by_ready[out["instance"][by_ready] == inst]
         if idx.size == 0:
             continue
-        _, fn, pre, nt, *toks = run_prefill_first(
-            ready[idx].tolist(), prompt[idx].tolist(), n_out[idx].tolist(), [True] * idx.size, cost,
+        first, finish, npre, ntok, *toks = run_prefill_first(
+            ready[idx].tolist(), prompt[idx].tolist(), n_out[idx].tolist(), [True] * idx.size, costs.decode,
             config.kv_capacity_tokens, config.max_batch, config.max_prefill_tokens,
             config.max_prefill_batch, record)
-        finish[idx], npre[idx], ntok[idx] = fn, pre, nt
+        out["first_ms"][idx], out["finish_ms"][idx], out["n_preempt"][idx], out["n_tokens"][idx] = (
+            first, finish, npre, ntok)
         for j, q in enumerate(idx.tolist() if record else ()):
-            token_ms[q].extend(toks[0][j])
-    return {"first_ms": first, "finish_ms": finish, "n_preempt": npre, "n_tokens": ntok,
-            "token_ms": token_ms, "instance": dinst, "prefill_instance": pinst, "kv_ready_ms": ready}
+            out["token_ms"][q] = toks[0][j]
+    return out
