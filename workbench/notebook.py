@@ -212,7 +212,7 @@ def small_multiples_html(f: Callable[..., Any], controls: dict[str, Any], vary: 
     note = f"; {html.escape(fixed)}" if fixed else ""
     return (f'<div class="wb-static-panel"><p><em>Static view of a slider panel ({what}{note}); '
             "open the notebook to move the controls.</em></p>"
-            '<div style="display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:8px">'
+            '<div style="display:grid;grid-template-columns:repeat(auto-fill,minmax(640px,1fr));gap:8px">'
             + "".join(body) + "</div></div>")
 
 
@@ -220,7 +220,8 @@ def _label_of(control) -> str:
     for label, value in _options(control):
         if value == control.value:
             return label
-    return str(control.value)
+    v = control.value
+    return ", ".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
 
 def panel(f: Callable[..., Any], controls: dict[str, Any], rows: Sequence[Sequence[str]] | None = None, *,
