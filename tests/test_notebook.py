@@ -162,6 +162,8 @@ def test_table_rounds_shortens_and_never_uses_exponents():
     assert "39.4" in html and "2,100,000" in html and "0.00340" in html and "123,456,789" in html
     assert "GPTQ W4 g128 asym w…" in html and "kl mean" in html and "weight bytes" in html  # headers wrap
     assert "<th class=\"blank" not in html  # no RangeIndex column
+    ci = table(pd.DataFrame({"alpha": [0.8123], "alpha_lo": [0.75], "alpha_hi": [0.86], "c": [1.0]})).to_html()
+    assert "alpha [95% CI]" in ci and "0.812 [0.750, 0.860]" in ci and "alpha lo" not in ci
 
 
 def test_fields_prints_a_dataclass_readably():

@@ -260,16 +260,49 @@ def fmt_number(v: Any, sig: int = 3) -> str:
     return f"{x:,.{decimals}f}"
 
 
-def table(df, *, sig: int = 3, max_chars: int = 28, index: bool | None = None, columns: Sequence[str] | None = None):
+def _interval_columns(cols: Sequence[str], c: str) -> tuple[str, str] | None:
+    """The (lo, hi) columns of ``c``'s confidence interval among ``cols``: ``c_lo``/``c_hi``,
+    ``X_ci_lo``/``X_ci_hi`` for ``c = X_acc``, or ``ci_lo``/``ci_hi`` for ``c`` = ``acc`` or ``diff``."""
+    cands = [(f"{c}_lo", f"{c}_hi")]
+    if c.endswith("_acc"):
+        cands.append((f"{c[:-4]}_ci_lo", f"{c[:-4]}_ci_hi"))
+    if c in ("acc", "diff"):
+        cands.append(("ci_lo", "ci_hi"))
+    return next(((lo, hi) for lo, hi in cands if lo in cols and hi in cols), None)
+
+
+def _merge_intervals(df, sig: int):
+    """``df`` with each value and its interval columns merged into one text column ``"c [95% CI]"``."""
+    import pandas as pd
+
+    out, used = {}, set()
+    for c in df.columns:
+        if c in used:
+            continue
+        pair = _interval_columns(list(df.columns), str(c))
+        if pair is None:
+            out[c] = df[c]
+            continue
+        used.update(pair)
+        out[f"{c} [95% CI]"] = [f"{fmt_number(v, sig)} [{fmt_number(lo, sig)}, {fmt_number(hi, sig)}]"
+                                for v, lo, hi in zip(df[c], df[pair[0]], df[pair[1]])]
+    return pd.DataFrame({k: list(v) for k, v in out.items()}, index=df.index)
+
+
+def table(df, *, sig: int = 3, max_chars: int = 28, index: bool | None = None, columns: Sequence[str] | None = None,
+          cis: bool = True):
     """A ``pandas`` Styler for notebook display: numbers in fixed notation with ``sig`` significant digits
     (:func:`fmt_number`), text cells cut to ``max_chars`` (the full text on hover), headers with
     ``_`` shown as spaces so they wrap at word breaks, no index unless it is meaningful (``index``
-    None: shown when it is not a plain 0..n-1 range), compact cells. ``columns`` picks and orders."""
+    None: shown when it is not a plain 0..n-1 range), compact cells. ``columns`` picks and orders;
+    with ``cis`` a value and its interval columns (``x``, ``x_lo``, ``x_hi``; ``mmlu_acc``,
+    ``mmlu_ci_lo``, ``mmlu_ci_hi``; ``acc``, ``ci_lo``, ``ci_hi``) become one ``x [95% CI]`` column."""
     import pandas as pd
 
-    d = df if columns is None else df[[c for c in columns if c in df]]
-    if isinstance(d, pd.Series):
-        d = d.to_frame()
+    if isinstance(df, pd.Series):
+        df = df.to_frame()
+    d = _merge_intervals(df if columns is None else df[[c for c in columns if c in df]], sig) if cis else (
+        df if columns is None else df[[c for c in columns if c in df]])
     show_index = index if index is not None else not isinstance(d.index, pd.RangeIndex)
 
     def cell(v):
