@@ -348,6 +348,6 @@ def fields(obj, *, sig: int = 4):
     for fl in dataclasses.fields(obj):
         v = getattr(obj, fl.name)
         shown = ", ".join(fmt_number(x, sig) for x in v) if isinstance(v, (tuple, list)) else fmt_number(v, sig)
-        rows.append({"field": fl.name, "value": shown, "meaning": notes.get(fl.name, "")})
+        rows.append({"field": fl.name, "value": html.escape(shown), "meaning": html.escape(notes.get(fl.name, ""))})
     return pd.DataFrame(rows).style.hide(axis="index").set_table_styles(
         [{"selector": "td", "props": "text-align: left; padding: 2px 8px"}])
