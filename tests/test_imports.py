@@ -7,12 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
-# kernels.w4a16 and kernels.gemv share a private lock module across each other; remove this entry
-# when that cycle is broken (the strict xfail below then fails and says so)
-KNOWN = {frozenset({"workbench.kernels.gemv", "workbench.kernels.w4a16"})}
 
 
 def module_names(root: Path, package: str) -> dict[str, Path]:
@@ -102,11 +97,5 @@ def test_check_finds_a_planted_function_local_cycle(tmp_path):
 
 
 def test_workbench_has_no_import_cycle():
-    found = [c for c in cycles(import_graph(ROOT, "workbench")) if c not in KNOWN]
+    found = cycles(import_graph(ROOT, "workbench"))
     assert not found, "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
-
-
-@pytest.mark.xfail(strict=True, reason="kernels.gemv <-> kernels.w4a16 import each other's private lock; "
-                                        "being split into a shared module (drop it from KNOWN then)")
-def test_kernels_gemv_w4a16_cycle_is_gone():
-    assert not [c for c in cycles(import_graph(ROOT, "workbench")) if c in KNOWN]

@@ -113,4 +113,4 @@ def floors_line(device: str | torch.device, **measure_kw) -> str:
     :meth:`workbench.pd.hardware.HardwareSpec.measure` (copy bandwidth, matmul rate)."""
     hw = HardwareSpec.measure(torch.device(device), **measure_kw)
     return (f"floors on {hw.name}: copy bandwidth {hw.hbm_gbs:.1f} GB/s (read + write), matmul "
-            f"{hw.bf16_flops / 1e12:.2f} TFLOP/s ({hw.source})")
+            f"{hw.matmul_flops / 1e12:.2f} TFLOP/s {hw.flops_dtype} ({hw.source})")

@@ -18,7 +18,7 @@ from workbench.spec import SpecConfig
 from workbench.validate import ConfigError
 
 NAN = float("nan")
-HW = {"name": "x", "hbm_gbs": 100.0, "bf16_flops": 1e12, "mem_gb": 8.0, "link_gbs": 10.0}
+HW = {"name": "x", "hbm_gbs": 100.0, "matmul_flops": 1e12, "mem_gb": 8.0, "link_gbs": 10.0}
 MS = {"name": "x", "n_layers": 2, "hidden": 64, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
       "intermediate": 128, "vocab": 100}
 
