@@ -22,10 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from workbench.models import require_trained
-from workbench.stats import mean_ci
 from workbench.validate import check_field_types
 
-__all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "token_metrics"]
+__all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "t_interval", "token_metrics"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,18 @@ def token_metrics(logits_p: torch.Tensor, logits_q: torch.Tensor,
     return out
 
 
+def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean of ``x``: ``mean +- t_{n-1, (1+level)/2} s / sqrt(n)``; the
+    mean twice for one value (scipy.stats.t)."""
+    from scipy import stats
+
+    m = float(np.mean(x))
+    if x.size < 2:
+        return m, m
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * np.std(x, ddof=1) / np.sqrt(x.size))
+    return m - half, m + half
+
+
 @dataclass
 class FidelityStats:
     """Accumulator of per-token metrics (``observe()`` a batch, ``summary()`` at the end)."""
@@ -91,7 +102,7 @@ class FidelityStats:
         ``top1_agreement``, ``cosine_mean``; perplexities when NLLs were observed."""
         kl = np.concatenate(self.kl)
         windows = np.concatenate(self.kl_window).astype(np.float64)
-        _, lo, hi = mean_ci(windows)
+        lo, hi = t_interval(windows)
         row = {"n_scored": int(kl.size), "kl_mean": float(kl.mean()), "kl_mean_lo": lo, "kl_mean_hi": hi,
                "kl_windows": windows.tolist(), "kl_p95": float(np.quantile(kl, 0.95)),
                "kl_max": float(kl.max()), "top1_agreement": float(np.concatenate(self.top1).mean()),

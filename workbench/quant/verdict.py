@@ -3,7 +3,7 @@
 Two points of one sweep are scored on the *same* held-out windows, so they are compared by the paired
 difference of their per-window mean KL (``kl_windows``, from :class:`workbench.eval.fidelity.FidelityStats`):
 windows are independent stretches of text, tokens inside one are not, so the interval is Student's t
-over windows (``workbench.stats.mean_ci``). Rows without window means (older results) fall back to the
+over windows (:func:`workbench.eval.fidelity.t_interval`). Rows without window means (older results) fall back to the
 two points' own intervals (``kl_mean_lo``/``kl_mean_hi``) combined as independent, which is wider
 (conservative: shared windows correlate the two points positively). A point *beats* another only when
 the interval of the difference excludes zero; otherwise the verdict is "no difference". MMLU accuracy is
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from workbench.eval.fidelity import t_interval
 from workbench.quant.config import QuantConfig
-from workbench.stats import mean_ci
 
 __all__ = ["NO_DIFFERENCE", "QUESTIONS", "QuantVerdict", "compare_points", "takeaways"]
 
@@ -80,7 +80,8 @@ def _row(grid: pd.DataFrame, label: str) -> pd.Series:
 def _diff_ci(a: pd.Series, b: pd.Series, metric: str, level: float) -> tuple[float, float, float, str]:
     wa, wb = a.get("kl_windows"), b.get("kl_windows")
     if metric == "kl_mean" and wa is not None and wb is not None and len(wa) == len(wb) and len(wa) > 1:
-        d, lo, hi = mean_ci(np.asarray(wa, np.float64) - np.asarray(wb, np.float64), level)
+        diffs = np.asarray(wa, np.float64) - np.asarray(wb, np.float64)
+        d, (lo, hi) = float(diffs.mean()), t_interval(diffs, level)
         return d, lo, hi, f"paired over {len(wa)} windows"
     lo_col, hi_col = _METRICS[metric][2]
     if any(c not in a or pd.isna(a[c]) or pd.isna(b[c]) for c in (lo_col, hi_col)):
