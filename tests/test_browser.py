@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # each test runs notebooks or a kernel: > 5 s
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("WB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
