@@ -18,7 +18,7 @@ def test_full_grid_is_the_notebook_grid_under_wb_full():
     demo = SpecGrid.from_name("demo")  # the same studies, sized for make reports on 2 CPU cores
     assert [(c.k, c.policy) for c in demo.configs()[:5]] == [(1, "static"), (2, "static"), (4, "static"),
                                                              (4, "heuristic"), (4, "confidence")]
-    assert demo.n_prompts == 6 and len(demo.drafts) == 3 and {c.temperature for c in demo.configs()} == {0.0, 0.7}
+    assert demo.n_prompts == 6 and demo.max_new_tokens == 12 and len(demo.drafts) == 3 and {c.temperature for c in demo.configs()} == {0.0, 0.7}
     smoke = SpecGrid.from_name("smoke").configs()
     assert [(c.k, c.policy) for c in smoke[:4]] == [(1, "static"), (2, "static"), (2, "heuristic"),
                                                     (2, "confidence")]
