@@ -1,5 +1,6 @@
 # Two commands for a new user (each sets itself up: creates .venv if missing, installs the pins):
 #   make reports   execute every notebook headless on the built-in model -> reports/*.ipynb + *.html
+#                  (the HTML is self-contained: it opens offline, from disk, with every figure drawn)
 #   make test      unit and cross-check tests, plus every notebook under nbmake at smoke sizes
 PYTHON ?= python3
 VENV   ?= .venv
@@ -24,9 +25,9 @@ reports: $(STAMP)
 	@mkdir -p reports
 	@set -e; for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; start=$$(date +%s); \
-	  $(PY) -m nbconvert --to notebook --execute --ExecutePreprocessor.timeout=7200 \
+	  $(PY) -m nbconvert --to notebook --execute --ExecutePreprocessor.timeout=7200 --ExecutePreprocessor.store_widget_state=True \
 	      --output-dir reports "$$nb"; \
-	  $(PY) -m nbconvert --to html --output-dir reports "reports/$$(basename $$nb)"; \
+	  $(PY) -m workbench.report "reports/$$(basename $$nb)"; \
 	  echo "   $$nb took $$(( $$(date +%s) - start )) s"; \
 	done
 	@echo "reports written to reports/"

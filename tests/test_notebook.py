@@ -118,3 +118,67 @@ def test_headless_runner_sends_nothing_on_shell_while_the_cell_runs():
     # there for the execute_reply: the pattern that now and then loses the reply (a stalled cell)
     assert _shell_sends("from ipywidgets import interactive_output") >= 1
     assert _shell_sends("from workbench.notebook import interactive_output") == 0
+
+
+def test_panel_hides_single_option_controls_and_carries_small_multiples(shell):
+    import ipywidgets as widgets
+
+    from workbench.notebook import Panel, panel
+
+    k = widgets.SelectionSlider(options=[1, 2, 4], value=2, description="k")
+    only = widgets.Dropdown(options=["int4"], description="draft")
+    p = panel(lambda k, d: go.Figure(go.Bar(y=[k]), layout_title_text=f"k={k} {d}").show(), {"k": k, "d": only},
+              vary="k")
+    assert isinstance(p, Panel) and isinstance(p, widgets.VBox)
+    assert only.layout.display == "none" and k.layout.display is None  # one option: hidden
+    bundle = p._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    static = bundle["text/html"]
+    assert [c.split("</div>")[0] for c in static.split('class="wb-caption">')[1:]] == ["k = 1", "k = 2", "k = 4"]
+    assert static.count("Plotly.newPlot") == 3 and '"text":"k=4int4"' in static.replace(" ", "")
+    k.value = 4  # the live figure still follows the slider
+    assert p.children[-1].outputs[0]["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"] == "k=4 int4"
+
+
+@pytest.mark.parametrize(("v", "text"), [(39.43770, "39.4"), (0.0034, "0.00340"), (2143567.3, "2,143,567"),
+                                         (1e-12, "0.00000000"), (12, "12"), (float("nan"), ""), (True, "True")])
+def test_fmt_number_is_fixed_notation(v, text):
+    from workbench.notebook import fmt_number
+
+    assert fmt_number(v) == text
+
+
+def test_table_rounds_shortens_and_never_uses_exponents():
+    import pandas as pd
+
+    from workbench.notebook import table
+
+    df = pd.DataFrame({"label": ["RTN W4 tensor sym", "GPTQ W4 g128 asym with a long descriptive name"],
+                       "ppl": [3.943770e+01, 2.1e6], "kl_mean": [0.0034, 10.9], "weight_bytes": [123456789, 5]})
+    html = table(df, max_chars=20).to_html()
+    import re
+
+    assert not re.search(r"\de[+-]\d", html)  # no 3.943770e+01
+    assert "39.4" in html and "2,100,000" in html and "0.00340" in html and "123,456,789" in html
+    assert "GPTQ W4 g128 asym w…" in html and "kl mean" in html and "weight bytes" in html  # headers wrap
+    assert "<th class=\"blank" not in html  # no RangeIndex column
+    ci = table(pd.DataFrame({"alpha": [0.8123], "alpha_lo": [0.75], "alpha_hi": [0.86], "c": [1.0]})).to_html()
+    assert "alpha [95% CI]" in ci and "0.812 [0.750, 0.860]" in ci and "alpha lo" not in ci
+
+
+def test_fields_prints_a_dataclass_readably():
+    from dataclasses import dataclass
+
+    from workbench.notebook import fields
+
+    @dataclass(frozen=True)
+    class Cost:
+        a: float  # fixed cost, ms
+        floor: tuple = (0.0, 1.23456789e-05)  # second line
+        source: str = ""  # "fit to <n> points"
+
+    html = fields(Cost(a=0.123456789123, source="fit to 12 points")).to_html()
+    assert "0.1235" in html and "0.00001235" in html and "fixed cost, ms" in html and "second line" in html
+    assert "0.123456789123" not in html and "fit to &lt;n&gt; points" in html
+    with pytest.raises(TypeError, match="dataclass"):
+        fields(3)

@@ -68,7 +68,7 @@ print(describe(device, dtype))
 
 # %%
 model, tok = load_model(MODEL, dtype=dtype, device=device)
-pd.Series(provenance_of(model))
+wbn.table(pd.Series(provenance_of(model), name="value"), max_chars=60)
 
 # %%
 msgs = [{"role": "user", "content": "In one sentence, why does speculative decoding speed up inference?"}]
@@ -97,7 +97,7 @@ prov = results.collect_provenance(model, seed=SEED, config={"runs": RUNS, "n_que
 per_q = results.sweep(name, configs, lambda c: run_mmlu(model, tok, questions, dev, c["n_shot"], BATCH_SIZE,
                                                          formulation=c["formulation"]), provenance=prov)
 per_q = per_q[[r in RUNS for r in zip(per_q["formulation"], per_q["n_shot"])]]
-per_q.groupby(["formulation", "n_shot"])[["wall_s", "tokenize_s"]].first().round(1)
+wbn.table(per_q.groupby(["formulation", "n_shot"], as_index=False)[["wall_s", "tokenize_s"]].first())
 
 # %% [markdown]
 # ## Accuracy, chance level, and whether the interval includes chance
@@ -108,7 +108,8 @@ per_q.groupby(["formulation", "n_shot"])[["wall_s", "tokenize_s"]].first().round
 summary = summarize_mmlu(per_q, metric=["acc", "acc_norm"])
 summary = summary[(summary["metric"] == "acc") | (summary["formulation"] == "mmlu_continuation")]
 table = summary[summary["subject"].isin(["micro", "macro"])]
-table[["formulation", "n_shot", "metric", "subject", "n", "acc", "ci_lo", "ci_hi", "chance", "ci_includes_chance"]].round(3)
+wbn.table(table, columns=["formulation", "n_shot", "metric", "subject", "n", "acc", "ci_lo", "ci_hi", "chance",
+                          "ci_includes_chance"])
 
 # %%
 plot_mmlu_formulations(summary)
@@ -124,9 +125,6 @@ plot_mmlu_by_shots(summary) if many else "one shot count per formulation: WB_FUL
 
 # %%
 import ipywidgets as widgets
-from IPython.display import display
 
 run = widgets.Dropdown(options=[(f"{f} {k}-shot", (f, k)) for f, k in RUNS], value=RUNS[-1], description="run")
-out_fig = wbn.interactive_output(lambda run: plot_mmlu_subjects(summary, n_shot=run[1], formulation=run[0]).show(),
-                                 {"run": run})  # workbench's interactive_output: ipywidgets' own stalls headless runs
-display(run, out_fig)
+wbn.panel(lambda run: plot_mmlu_subjects(summary, n_shot=run[1], formulation=run[0]).show(), {"run": run}, vary="run")

@@ -72,7 +72,15 @@ import torch
 import workbench.notebook as wbn
 from workbench.device import describe, resolve
 from workbench.models import load_model, provenance_of
-from workbench.quant import QuantConfig, SpeedConfig, footprint, quant_grid, quantize, run_quant_sweep
+from workbench.quant import (
+    QuantConfig,
+    SpeedConfig,
+    footprint,
+    quant_grid,
+    quantize,
+    run_quant_sweep,
+    takeaways,
+)
 from workbench.quant import plots as qp
 from workbench.quant.widgets import quant_explorer
 
@@ -83,7 +91,7 @@ print(describe(device, dtype))
 model, tok = load_model(MODEL, dtype=dtype, device=device)
 print(f"grid {GRID!r}, {N_TOKENS} eval tokens, MMLU {N_QUESTIONS}/subject "
       f"({FORMULATION}, {N_SHOT}-shot), calibration {N_CALIB} x {CALIB_LEN} tokens")
-pd.Series({**provenance_of(model), **footprint(model)})
+wbn.table(pd.Series({**provenance_of(model), **footprint(model)}, name="value"), max_chars=60)
 
 # %% [markdown]
 # ## Where the error lands: per-layer weight error
@@ -91,16 +99,16 @@ pd.Series({**provenance_of(model), **footprint(model)})
 # the whole matrix: outliers stretch the grid) and for INT4 with groups of 32.
 
 # %%
-rep_tensor = quantize(model, QuantConfig.from_name("rtn_int4_tensor_sym"))[1]
-rep_g32 = quantize(model, QuantConfig.from_name("rtn_int4_g32"))[1]
-qp.plot_layer_heatmap(rep_tensor, "rel_err").update_layout(title="Per-layer rel_err, RTN INT4 per-tensor sym")
+cfg_tensor, cfg_g32 = QuantConfig.from_name("rtn_int4_tensor_sym"), QuantConfig.from_name("rtn_int4_g32")
+rep_tensor, rep_g32 = quantize(model, cfg_tensor)[1], quantize(model, cfg_g32)[1]
+qp.plot_layer_heatmap(rep_tensor, "rel_err").update_layout(title=f"Per-layer rel_err, {cfg_tensor.label}")
 
 # %%
-qp.plot_layer_heatmap(rep_g32, "rel_err").update_layout(title="Per-layer rel_err, RTN INT4 g32 asym")
+qp.plot_layer_heatmap(rep_g32, "rel_err").update_layout(title=f"Per-layer rel_err, {cfg_g32.label}")
 
 # %%
-pd.concat([rep_tensor.assign(config="INT4 per-tensor sym"), rep_g32.assign(config="INT4 g32 asym")]).groupby(
-    "config")[["rel_err", "max_abs_err", "bits_per_weight"]].mean()
+wbn.table(pd.concat([rep_tensor.assign(config=cfg_tensor.label), rep_g32.assign(config=cfg_g32.label)]).groupby(
+    "config")[["rel_err", "max_abs_err", "bits_per_weight"]].mean())
 
 # %% [markdown]
 # ## The sweep: one row per configuration, saved point by point
@@ -119,7 +127,7 @@ grid = run_quant_sweep(model, tok, configs, n_tokens=N_TOKENS, seq_len=SEQ_LEN, 
 cols = ["label", "scheme", "weight_bytes", "bits_per_weight_quantized", "kl_mean", "kl_p95", "top1_agreement", "ppl",
         "mmlu_acc", "mmlu_ci_lo", "mmlu_ci_hi", "mmlu_vs_chance", "decode_ms_b1", "decode_ms_b8",
         f"prefill_ms_{PREFILL}", "peak_mem_bytes"]
-grid[[c for c in cols if c in grid]].round(4)
+wbn.table(grid, columns=[c for c in cols if c in grid])
 
 # %% [markdown]
 # ## Memory against bits
@@ -181,32 +189,25 @@ quant_explorer(grid)
 
 # %% [markdown]
 # ## What to take away
-# Measured on the offline default (`benchmarks/quant_table.py`, 2048 WikiText-2 test tokens, CPU;
-# FP perplexity 31.8):
+# Each question the grid can answer, computed from the sweep above (`workbench.quant.takeaways`): the two
+# points' KL(p_fp ‖ p_q), their difference with its 95% CI (paired over the same evaluation windows), and a
+# winner only when that interval excludes zero. Labels are the configs' own (`QuantConfig.label`).
+
+# %%
+verdicts = takeaways(grid)
+print("\n".join(verdicts["verdict"]) if len(verdicts) else "the grid holds no pair of points to compare")
+wbn.table(verdicts, columns=["question", "a", "b", "kl_mean_a", "kl_mean_b", "diff", "ci_lo", "ci_hi", "winner"])
+
+# %% [markdown]
+# Reading the numbers:
 #
-# | config | bits/weight | KL mean (nats) | top-1 | ppl |
-# |---|---|---|---|---|
-# | RTN INT4 per-tensor sym | 4.00 | 10.9 | 0.02 | 2·10⁶ |
-# | RTN INT4 g128 | 4.20 | 0.376 | 0.67 | 39.7 |
-# | AWQ INT4 g128 | 4.23 | 0.206 | 0.74 | 39.7 |
-# | GPTQ INT4 g128 | 4.20 | 0.241 | 0.75 | 39.9 |
-# | RTN INT3 g128 | 3.20 | 1.67 | 0.32 | 143 |
-# | RTN INT8 per-channel sym | 8.02 | 0.0034 | 0.96 | 31.9 |
-# | RTN INT4 g32, integer zero | 4.75 | 0.290 | 0.71 | 37.0 |
-# | RTN INT4 g32, float zero (Q4_1's grid) | 5.00 | 0.0000 | 1.00 | 31.8 |
-#
-# * One scale per tensor at INT4 destroys this model: outlier weights stretch the grid for everyone.
-#   Groups fix it; smaller groups cost scale bytes and buy fidelity.
-# * At the same storage, AWQ and GPTQ cut RTN's KL by a third to a half at INT4 g128.
-# * INT8 per channel is close to lossless; INT3 with plain RTN loses most of the model.
-# * The float-zero g32 row is exactly lossless only because the offline weights *are* Q4_1 (g32,
-#   float minimum): it recovers them bit for bit. The integer-zero g32 row is the honest INT4 number.
-# * Memory: the float32 embedding matrix (49152 × 576, tied to `lm_head`) stays unquantized and is most
-#   of what is left after INT4.
+# * A row with a float zero point (`asym-fz`) at g32 recovers the offline weights almost exactly only because
+#   those weights *are* Q4_1 (g32, float minimum); its integer-zero twin is the honest INT4 number.
+# * Memory: the float32 embedding matrix (49152 × 576, tied to `lm_head`) stays unquantized and is most of
+#   what is left after INT4 (see the memory chart above).
 # * Speed: on the CPU every point decodes at about the dense speed (the runtime keeps each quantized
 #   weight dequantized once there: no CPU INT4 / INT8 matmul beats a dense one); the speed columns
 #   compare kernels on CUDA, where INT4 weights run on the W4A16 kernels.
-#
-# (AWQ and GPTQ rows: calibrated as the reference implementations do, AWQ on full-precision activations,
-# GPTQ true-sequential with group parameters from the lazily updated weights; AWQ on the quantized
-# model's activations gave KL 0.210, GPTQ with static groups 0.253, GPTQ with one capture per layer 0.242.)
+# * AWQ and GPTQ are calibrated as the reference implementations do: AWQ on full-precision activations,
+#   GPTQ true-sequential with group parameters from the lazily updated weights (the variants, and what
+#   they measured, are in `benchmarks/RESULTS.md`).

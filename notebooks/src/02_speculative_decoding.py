@@ -41,7 +41,8 @@ SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")
 DEVICE = os.getenv("WB_DEVICE", "auto")  # auto: CUDA when present, else CPU
 DTYPE = os.getenv("WB_DTYPE", "auto")  # auto: bfloat16 on CUDA, float32 on CPU
-GRID = os.getenv("WB_SPEC_GRID", "smoke" if SMOKE else "demo")  # a name in workbench.spec.SPEC_GRIDS
+FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: the "full" grid
+GRID = os.getenv("WB_SPEC_GRID", "smoke" if SMOKE else "full" if FULL else "demo")  # in workbench.spec.SPEC_GRIDS
 N_PROMPTS = os.getenv("WB_N_PROMPTS")  # each of these, when set, overrides the grid's value
 MAX_NEW = os.getenv("WB_MAX_NEW")
 KS = os.getenv("WB_KS")  # comma list, e.g. "1,2,4"
@@ -57,7 +58,7 @@ from IPython.display import display
 
 from workbench.data import load_prompts, load_text
 from workbench.models import load_model
-from workbench.notebook import setup
+from workbench.notebook import setup, table
 from workbench.spec import SpecGrid, encode_prompts, make_draft, plots, run_spec_sweep, summarize_spec, theory
 from workbench.spec.widgets import explorer
 
@@ -95,7 +96,7 @@ distill_kw = {"steps": grid.distill_steps, "tokenizer": tok, "text": text, "seed
 built = {name: make_draft(target, name, tok, distill_kwargs=distill_kw) for name in grid.drafts}
 print(f"target {MODEL} on {device} ({dtype}); grid {GRID}: {len(grid.configs())} configs x {len(built)} drafts "
       f"x {len(prompts)} prompts")
-prompts[["prompt_id", "category", "n_prompt"]]
+table(prompts, columns=["prompt_id", "category", "n_prompt"])
 
 # %% [markdown]
 # ### Distillation: KL falls, acceptance rises
@@ -106,7 +107,7 @@ prompts[["prompt_id", "category", "n_prompt"]]
 if "distilled" in built:
     curve = built["distilled"][1]["curve"]
     plots.plot_distill(curve).show()
-    display(curve.round(4))
+    display(table(curve))
 
 # %% [markdown]
 # ## The grid
@@ -124,7 +125,7 @@ print(f"{len(df)} runs ({time.perf_counter() - t0:.0f} s now); loop: {sorted(df.
 summary = summarize_spec(df)
 cols = ["draft", "temperature", "policy", "k", "n_prompts", "kl_pq", "alpha_pred", "alpha", "alpha_lo",
         "alpha_hi", "tau", "tau_lo", "tau_hi", "tau_theory", "c", "verify_cost", "speedup", "speedup_theory"]
-summary[cols].round(3)
+table(summary, columns=cols)
 
 # %% [markdown]
 # ## Tokens per step and acceptance by position
@@ -146,7 +147,7 @@ plots.plot_acceptance_per_pos(static_k).show()
 # %%
 by_draft = summarize_spec(df[df.policy == "static"], by=("draft", "temperature"))
 plots.plot_kl_alpha(by_draft).show()
-by_draft[["draft", "temperature", "kl_pq", "kl_qp", "tv", "alpha_pred", "alpha", "alpha_lo", "alpha_hi"]].round(3)
+table(by_draft, columns=["draft", "temperature", "kl_pq", "kl_qp", "tv", "alpha_pred", "alpha", "alpha_lo", "alpha_hi"])
 
 # %% [markdown]
 # ## Measured against theory, vs k
@@ -164,8 +165,8 @@ plots.plot_theory_vs_k(summary, "speedup", k_max=max(grid.ks) + 2).show()
 
 # %%
 plots.plot_policies(summary[summary.k == grid.k_policy]).show()
-summary[summary.k == grid.k_policy][["draft", "temperature", "policy", "alpha", "tau", "draft_acceptance_rate",
-                                "speedup"]].round(3)
+table(summary[summary.k == grid.k_policy], columns=["draft", "temperature", "policy", "alpha", "tau",
+                                                   "draft_acceptance_rate", "speedup"])
 
 # %% [markdown]
 # ## Best k for each draft
@@ -173,16 +174,17 @@ summary[summary.k == grid.k_policy][["draft", "temperature", "policy", "alpha", 
 # speculate with this draft on this hardware.
 
 # %%
-theory.best_k_table(by_draft).round(3)
+table(theory.best_k_table(by_draft))
 
 # %% [markdown]
 # ## By Spec-Bench category
-# tau per category (static policy, every k): structured tasks (extraction, coding, math) usually accept
-# more than open writing.
+# tau per category (static policy, every k). Structured tasks (extraction, coding, math) often accept more
+# than open writing; whether they do here, read off the table: each cell rests on the few prompts of its
+# category in this grid (see `n_prompts` above), so small differences between columns mean nothing.
 
 # %%
 by_cat = summarize_spec(df[df.policy == "static"], by=("draft", "temperature", "k", "category"))
-by_cat.pivot_table(index=["draft", "temperature", "k"], columns="category", values="tau").round(2)
+table(by_cat.pivot_table(index=["draft", "temperature", "k"], columns="category", values="tau"))
 
 # %% [markdown]
 # ## Sliders

@@ -56,7 +56,7 @@ from IPython.display import display
 from workbench import results
 from workbench.device import describe, resolve
 from workbench.models import load_model
-from workbench.notebook import setup
+from workbench.notebook import fields, setup, table
 from workbench.pd import CostModel, HardwareSpec, ModelSpec, plots
 from workbench.pd.loop import CPUClock, compare_to_sim, run_serving, sim_config_for
 from workbench.pd.profile import ProfileConfig, drift_check, make_runner, run_profile, with_floors
@@ -100,14 +100,14 @@ clock = CPUClock()
 profile = with_floors(run_profile(runner, pcfg, clock=clock), spec_here, hw_here)
 cost_here = CostModel.fit(profile)
 print(hw_here.name, f"{hw_here.hbm_gbs:.1f} GB/s, {hw_here.matmul_flops / 1e9:.1f} GFLOP/s ({hw_here.flops_dtype} matmul)")
-print(cost_here)
+display(fields(cost_here))
 
 # %%
 plots.plot_prefill_profile(profile, cost_here, title=f"{MODEL} prefill on {hw_here.name}").show()
 plots.plot_decode_profile(profile, cost_here, title=f"{MODEL} decode on {hw_here.name}").show()
 
 # %%
-cost_here.residuals(profile)[["phase", "batch", "seq_len", "ms", "pred_ms", "rel_err", "floor_ms"]].round(3)
+table(cost_here.residuals(profile), columns=["phase", "batch", "seq_len", "ms", "pred_ms", "rel_err", "floor_ms"])
 
 # %% [markdown]
 # ## 2 · Real loop vs simulator
@@ -126,7 +126,7 @@ if RUN_REAL_LOOP:
     drift = drift_check(runner, profile, pcfg, clock=clock)
     cmp = compare_to_sim(real, wl_real, cost_here, sim_config_for(runner, max_prefill_batch=2), drift=drift)
     plots.plot_sim_vs_real(cmp, title=f"{MODEL}: simulator vs real loop ({len(real)} requests)").show()
-    display(drift.round(2), cmp.round(2))
+    display(table(drift), table(cmp))
 
 # %% [markdown]
 # ## 3 · Projection: a 7B-class model on an H200, from the roofline
@@ -174,9 +174,9 @@ colocated = replace(base, policy="colocated", n_instances=2).label
 disaggregated = replace(base, policy="disaggregated", n_prefill=1, n_decode=1).label
 verdict = compare_deployments(summary[summary["workload"] == w0], colocated, disaggregated)
 print(f"{w0}: {verdict.text}")
-display(verdict.table.round(3), slo_capacity(summary[summary["workload"] == w0]))
+display(table(verdict.table), table(slo_capacity(summary[summary["workload"] == w0])))
 cols = ["label", "rate", "goodput_rps", "slo_attainment", "p99_ttft_ms", "p99_tpot_ms", "preemptions"]
-sel[cols].sort_values(["rate", "label"]).round(2)
+table(sel.sort_values(["rate", "label"]), columns=cols)
 
 # %% [markdown]
 # ### Sliders

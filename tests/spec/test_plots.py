@@ -34,7 +34,8 @@ def test_summary_plots():
     assert len(plots.plot_kl_alpha(s).data) == 3  # two panels + the diagonal
     fig = plots.plot_theory_vs_k(s, "tau", k_max=6)
     np.testing.assert_allclose(fig.data[0].y[3], (1 - 0.8 ** 5) / 0.2)  # theory at k = 4
-    assert len(plots.plot_theory_vs_k(s, "speedup").data) == 2
+    speed = plots.plot_theory_vs_k(s, "speedup")  # theory, measured, and the plain-decoding line (a legend entry)
+    assert [t.name for t in speed.data][2] == "plain decoding (speedup 1)" and not speed.layout.annotations
     assert len(plots.plot_policies(s).data) == 2
     with pytest.raises(ValueError):
         plots.plot_theory_vs_k(s, "alpha")

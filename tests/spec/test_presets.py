@@ -7,20 +7,25 @@ from workbench.spec.presets import SPEC_GRIDS, SpecGrid
 from workbench.spec.theory import best_k, best_k_table
 
 
-def test_demo_grid_is_the_notebook_grid():
-    g = SpecGrid.from_name("demo")
+def test_full_grid_is_the_notebook_grid_under_wb_full():
+    g = SpecGrid.from_name("full")
     cfgs = g.configs()
     # per temperature: static k = 1, 2, 4, 6, then heuristic and confidence at k = 4
     assert len(cfgs) == 2 * (4 + 2)
     assert [(c.k, c.policy) for c in cfgs[:6]] == [(1, "static"), (2, "static"), (4, "static"), (6, "static"),
                                                     (4, "heuristic"), (4, "confidence")]
     assert {c.temperature for c in cfgs} == {0.0, 0.7} and {c.max_new_tokens for c in cfgs} == {24}
+    demo = SpecGrid.from_name("demo")  # the same studies, sized for make reports on 2 CPU cores
+    assert [(c.k, c.policy) for c in demo.configs()[:5]] == [(1, "static"), (2, "static"), (4, "static"),
+                                                             (4, "heuristic"), (4, "confidence")]
+    assert demo.n_prompts == 6 and demo.max_new_tokens == 12 and len(demo.drafts) == 3 and {c.temperature for c in demo.configs()} == {0.0, 0.7}
     smoke = SpecGrid.from_name("smoke").configs()
-    assert [(c.k, c.policy) for c in smoke[:3]] == [(2, "static"), (2, "heuristic"), (2, "confidence")]
+    assert [(c.k, c.policy) for c in smoke[:4]] == [(1, "static"), (2, "static"), (2, "heuristic"),
+                                                    (2, "confidence")]
     table = SpecGrid.from_name("spec-table", ks=(3,), n_prompts=None)
     assert table.n_prompts == 120  # None keeps the preset's value
     assert [(c.k, c.policy) for c in table.configs()] == [(3, "static"), (4, "static")] * 2
-    assert set(SPEC_GRIDS) == {"demo", "smoke", "spec-table"}
+    assert set(SPEC_GRIDS) == {"demo", "full", "smoke", "spec-table"}
 
 
 @pytest.mark.parametrize("kwargs,match", [({"ks": ()}, "ks"), ({"ks": (0,)}, "ks"), ({"k_policy": 0}, "k_policy"),

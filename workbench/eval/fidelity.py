@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from workbench.models import require_trained
 from workbench.validate import check_field_types
 
-__all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "token_metrics"]
+__all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "t_interval", "token_metrics"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,18 @@ def token_metrics(logits_p: torch.Tensor, logits_q: torch.Tensor,
     return out
 
 
+def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean of ``x``: ``mean +- t_{n-1, (1+level)/2} s / sqrt(n)``; the
+    mean twice for one value (scipy.stats.t)."""
+    from scipy import stats
+
+    m = float(np.mean(x))
+    if x.size < 2:
+        return m, m
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * np.std(x, ddof=1) / np.sqrt(x.size))
+    return m - half, m + half
+
+
 @dataclass
 class FidelityStats:
     """Accumulator of per-token metrics (``observe()`` a batch, ``summary()`` at the end)."""
@@ -74,13 +86,26 @@ class FidelityStats:
     nll_p: list = field(default_factory=list)
     nll_q: list = field(default_factory=list)
 
+    kl_window: list = field(default_factory=list)  # mean KL of each window (row of a batch), nats
+
     def observe(self, m: dict[str, torch.Tensor]) -> None:
+        """Append a batch of per-token metrics, each ``[windows, positions]`` (or flat for one window)."""
         for k, v in m.items():
             getattr(self, k).append(v.detach().reshape(-1).cpu().numpy())
+        if "kl" in m:
+            kl = m["kl"].detach().float().cpu()
+            self.kl_window.append(kl.reshape(kl.shape[0] if kl.dim() > 1 else 1, -1).mean(1).numpy())
 
     def summary(self) -> dict:
+        """``kl_mean`` with a 95% Student-t interval over windows (``kl_mean_lo``, ``kl_mean_hi``; windows
+        are independent stretches of text, tokens within one are not) and the window means themselves
+        (``kl_windows``, for paired comparisons on the same windows); ``kl_p95``, ``kl_max``,
+        ``top1_agreement``, ``cosine_mean``; perplexities when NLLs were observed."""
         kl = np.concatenate(self.kl)
-        row = {"n_scored": int(kl.size), "kl_mean": float(kl.mean()), "kl_p95": float(np.quantile(kl, 0.95)),
+        windows = np.concatenate(self.kl_window).astype(np.float64)
+        lo, hi = t_interval(windows)
+        row = {"n_scored": int(kl.size), "kl_mean": float(kl.mean()), "kl_mean_lo": lo, "kl_mean_hi": hi,
+               "kl_windows": windows.tolist(), "kl_p95": float(np.quantile(kl, 0.95)),
                "kl_max": float(kl.max()), "top1_agreement": float(np.concatenate(self.top1).mean()),
                "cosine_mean": float(np.concatenate(self.cosine).mean())}
         if self.nll_p:

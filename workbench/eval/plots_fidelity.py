@@ -6,6 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workbench.figures import readable_log_axes
+
 __all__ = ["plot_fidelity_bars", "plot_kl_vs_memory"]
 
 
@@ -24,7 +26,7 @@ def plot_fidelity_bars(df: pd.DataFrame, label: str = "label") -> go.Figure:
     fig.update_yaxes(type="log", title_text="nats/token", row=1, col=1)
     fig.update_yaxes(range=[0, 1], title_text="fraction of tokens", row=1, col=2)
     fig.update_layout(title="Fidelity to the full-precision model", template="plotly_white")
-    return fig
+    return readable_log_axes(fig)
 
 
 def plot_kl_vs_memory(df: pd.DataFrame, label: str = "label") -> go.Figure:
@@ -35,4 +37,4 @@ def plot_kl_vs_memory(df: pd.DataFrame, label: str = "label") -> go.Figure:
                                textposition="top center"))
     fig.update_layout(title="Memory vs fidelity", xaxis_title="weight memory (MiB)",
                       yaxis_title="KL mean (nats/token)", yaxis_type="log", template="plotly_white")
-    return fig
+    return readable_log_axes(fig)

@@ -7,10 +7,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workbench.figures import empty_figure, readable_log_axes
 from workbench.pd.costmodel import CostModel
 from workbench.pd.loop import MIN_DRIFT_PCT
 
-__all__ = ["plot_cdfs", "plot_decode_profile", "plot_goodput", "plot_prefill_profile", "plot_sim_vs_real"]
+__all__ = ["goodput_note", "plot_cdfs", "plot_decode_profile", "plot_goodput", "plot_prefill_profile",
+           "plot_sim_vs_real"]
 
 _COLORS = {"colocated": "#1f77b4", "chunked": "#2ca02c", "disaggregated": "#d62728"}
 
@@ -29,8 +31,8 @@ def plot_prefill_profile(profile: pd.DataFrame, cost: CostModel | None = None, t
         if cost is not None:
             fig.add_scatter(x=part["n_tokens"], y=cost.prefill_ms(part["n_tokens"], part["attn_sq"]),
                             mode="lines", line={"dash": "dot"}, name=f"fit, batch {b}")
-    fig.update_layout(title=title or "Prefill step time vs tokens", xaxis_title="prompt tokens in the step",
-                      yaxis_title="ms", template="plotly_white")
+    fig.update_layout(title=title or "Prefill step time vs tokens", xaxis_title="prompt tokens in the step (tokens)",
+                      yaxis_title="step time (ms)", template="plotly_white")
     return fig
 
 
@@ -47,8 +49,8 @@ def plot_decode_profile(profile: pd.DataFrame, cost: CostModel | None = None, ti
         if cost is not None:
             fig.add_scatter(x=part["batch"], y=cost.decode_ms(part["batch"], part["kv_tokens"]), mode="lines",
                             line={"dash": "dot"}, name=f"fit, context {L}")
-    fig.update_layout(title=title or "Decode step time vs batch", xaxis_title="sequences in the batch",
-                      yaxis_title="ms", template="plotly_white")
+    fig.update_layout(title=title or "Decode step time vs batch", xaxis_title="sequences in the batch (count)",
+                      yaxis_title="step time (ms)", template="plotly_white")
     return fig
 
 
@@ -60,7 +62,10 @@ def _ecdf(v: np.ndarray):
 def plot_cdfs(requests: pd.DataFrame, *, by: str = "policy", slo=None, title: str = "") -> go.Figure:
     """Side-by-side empirical CDFs of ``ttft_ms`` and ``tpot_ms``, one line per value of ``by``;
     SLO thresholds (an :class:`~workbench.pd.sim.SLO`) as vertical lines. ``requests`` holds one
-    row per request, or quantile rows with a ``q`` column (from :func:`workbench.pd.sim.sweep_grid`)."""
+    row per request, or quantile rows with a ``q`` column (from :func:`workbench.pd.sim.sweep_grid`).
+    Log x axes with plain-notation ticks; an empty frame gives a figure that says nothing is selected."""
+    if requests.empty:
+        return empty_figure("nothing selected: pick at least one policy", title=title or "TTFT and TPOT CDFs")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT", "TPOT"))
     for key, part in requests.groupby(by, sort=False):
         color = _COLORS.get(str(part["policy"].iloc[0])) if "policy" in part else None
@@ -75,15 +80,31 @@ def plot_cdfs(requests: pd.DataFrame, *, by: str = "policy", slo=None, title: st
         for col, lim in ((1, slo.ttft_ms), (2, slo.tpot_ms)):
             if lim is not None:
                 fig.add_vline(x=lim, line={"dash": "dash", "color": "gray"}, row=1, col=col)
-    fig.update_xaxes(title_text="ms", type="log")
-    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], col=1)
+    fig.update_xaxes(title_text="TTFT (ms)", type="log", col=1)
+    fig.update_xaxes(title_text="TPOT (ms)", type="log", col=2)
+    fig.update_yaxes(title_text="CDF (fraction of requests)", range=[0, 1.02])
     fig.update_layout(title=title or "TTFT and TPOT CDFs", template="plotly_white")
-    return fig
+    return readable_log_axes(fig)
+
+
+def goodput_note(summary: pd.DataFrame) -> str:
+    """The goodput definition as the chart states it, with the SLOs of ``summary`` (``slo_*_ms`` columns)."""
+    slos = [f"{name} <= {summary[col].iloc[0]:g} ms" for name, col in
+            (("TTFT", "slo_ttft_ms"), ("TPOT", "slo_tpot_ms"), ("E2E", "slo_e2e_ms"))
+            if col in summary and len(summary) and pd.notna(summary[col].iloc[0])]
+    return ("goodput = requests meeting every SLO" + (f" ({', '.join(slos)})" if slos else "")
+            + " / (last finish - first arrival), as vllm bench serve --goodput.<br>At 100% attainment it can "
+            "still sit below the rate line: that window runs until the last (often the longest) request finishes, and the "
+            "sampled arrivals' rate differs from the nominal one.")
 
 
 def plot_goodput(summary: pd.DataFrame, *, x: str = "rate", title: str = "") -> go.Figure:
     """Goodput (req/s meeting every SLO) and SLO attainment against arrival rate, one line per ``label``
-    (from :func:`workbench.pd.sim.goodput_vs_rate`); the ideal goodput = rate as a gray diagonal."""
+    (from :func:`workbench.pd.sim.goodput_vs_rate`); the ideal goodput = rate as a gray diagonal, and
+    the goodput definition (:func:`goodput_note`) as the subtitle. An empty frame gives a figure that
+    says nothing is selected."""
+    if summary.empty:
+        return empty_figure("nothing selected: pick at least one policy", title=title or "Goodput vs request rate")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("goodput", "SLO attainment"))
     for label, part in summary.groupby("label", sort=False):
         part = part.sort_values(x)
@@ -96,9 +117,12 @@ def plot_goodput(summary: pd.DataFrame, *, x: str = "rate", title: str = "") -> 
     fig.add_scatter(x=r, y=r, mode="lines", line={"color": "lightgray", "dash": "dot"}, name="goodput = rate",
                     row=1, col=1)
     fig.update_xaxes(title_text="arrival rate (req/s)")
-    fig.update_yaxes(title_text="req/s", col=1)
-    fig.update_yaxes(title_text="fraction", range=[0, 1.02], col=2)
-    fig.update_layout(title=title or "Goodput vs request rate", template="plotly_white")
+    fig.update_yaxes(title_text="goodput (req/s)", col=1)
+    fig.update_yaxes(title_text="SLO attainment (fraction of requests)", range=[0, 1.02], col=2)
+    # the definition as the title's subtitle: above the plots, where it overlaps neither axis titles nor data
+    fig.update_layout(title={"text": title or "Goodput vs request rate",
+                             "subtitle": {"text": goodput_note(summary), "font": {"size": 11, "color": "#555"}}},
+                      template="plotly_white", margin={"t": 120})
     return fig
 
 

@@ -1,11 +1,11 @@
-"""Slider panel over a precomputed simulation grid (:func:`workbench.notebook.interactive_output`
-redrawing plain figures; the sliders only filter, nothing is simulated on a slider move)."""
+"""Slider panel over a precomputed simulation grid (:func:`workbench.notebook.panel` redrawing plain
+figures; the sliders only filter, nothing is simulated on a slider move)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from workbench.notebook import interactive_output
+from workbench.notebook import panel
 from workbench.pd import plots
 from workbench.pd.sim.grid import select_deployments
 
@@ -21,9 +21,10 @@ def policy_explorer(summary: pd.DataFrame, quantiles: pd.DataFrame, slo=None, *,
                     chunk_budget: int = 512, link_gbs: float | None = None):
     """A ``VBox``: sliders for workload (lengths), arrival rate, policies shown, P:D split, chunk budget
     and link bandwidth, over ``summary`` / ``quantiles`` from :func:`workbench.pd.sim.sweep_grid`;
-    below them the goodput-vs-rate figure and the TTFT/TPOT CDFs at the chosen rate. The figures are
-    drawn through :func:`workbench.notebook.interactive_output`, not ``ipywidgets.interactive_output``,
-    whose ``Output`` widget stalls headless runs now and then (nbconvert, nbmake; see there)."""
+    below them the goodput-vs-rate figure and the TTFT/TPOT CDFs at the chosen rate. Drawn through
+    :func:`workbench.notebook.panel` (headless runs cannot stall on it); controls with one option are
+    hidden, and an exported report shows the figures at each rate. Returns a
+    :class:`workbench.notebook.Panel` (a ``VBox``: two rows of controls, then the figures)."""
     import ipywidgets as widgets
 
     rates = sorted(summary["rate"].unique().tolist())
@@ -52,6 +53,5 @@ def policy_explorer(summary: pd.DataFrame, quantiles: pd.DataFrame, slo=None, *,
         plots.plot_cdfs(select_deployments(q, *split, budget, link), by="label", slo=slo,
                         title=f"TTFT and TPOT CDFs at {rate:g} req/s").show()
 
-    out = interactive_output(draw, w)
-    vals = list(w.values())
-    return widgets.VBox([widgets.HBox(vals[:3]), widgets.HBox(vals[3:]), out])
+    names = list(w)
+    return panel(draw, w, rows=[names[:3], names[3:]], vary="rate")

@@ -12,13 +12,16 @@ from .quantize import quantizable_linears, quantize
 from .runtime import convert_for_runtime, runtime_summary
 from .speed import SpeedConfig, measure_speed
 from .sweep import demo_defaults, run_quant_sweep
+from .verdict import QuantVerdict, compare_points, takeaways
 
 __all__ = [
            "GRIDS",
            "PRESETS",
            "QuantConfig",
            "QuantLinear",
+           "QuantVerdict",
            "SpeedConfig",
+           "compare_points",
            "convert_for_runtime",
            "demo_defaults",
            "footprint",
@@ -29,4 +32,5 @@ __all__ = [
            "quantize",
            "run_quant_sweep",
            "runtime_summary",
+           "takeaways",
 ]

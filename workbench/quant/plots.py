@@ -5,7 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench.figures import empty_figure, hline_trace, readable_log_axes
+
 __all__ = [
+    "axis_title",
     "plot_group_size_trend",
     "plot_layer_heatmap",
     "plot_memory_vs_bits",
@@ -16,6 +19,19 @@ __all__ = [
 ]
 
 _LAYER_ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# axis titles with units, by sweep column
+AXIS_TITLES = {
+    "kl_mean": "KL(p_fp || p_q) mean (nats/token)", "kl_p95": "KL(p_fp || p_q) p95 (nats/token)",
+    "top1_agreement": "top-1 agreement (fraction of tokens)", "ppl": "perplexity (WikiText-2 test)",
+    "ppl_q": "perplexity (WikiText-2 test)", "cosine": "cosine similarity of logits", "w_bits": "weight bits (w_bits)",
+    "mmlu_acc": "MMLU accuracy (fraction correct)", "rel_err": "relative weight error ||W_hat - W|| / ||W||",
+    "weight_mse": "weight MSE", "max_abs_err": "max |W_hat - W|",
+}
+
+
+def axis_title(col: str) -> str:
+    """The axis title of a sweep column, with its unit (the column name itself when none is known)."""
+    return AXIS_TITLES.get(col, col)
 
 
 def series_name(r) -> str:
@@ -30,7 +46,7 @@ def series_name(r) -> str:
 
 def _q(df: pd.DataFrame) -> pd.DataFrame:
     d = df[df["method"] != "fp"].copy()
-    d["series"] = d.apply(series_name, axis=1)
+    d["series"] = d.apply(series_name, axis=1) if len(d) else pd.Series(dtype=str)
     return d.sort_values(["series", "w_bits"])
 
 
@@ -48,28 +64,32 @@ def plot_memory_vs_bits(df: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=g["w_bits"], y=g["weight_bytes"] / 2**20, mode="lines+markers", name=name))
     fp = _fp(df)
     if fp is not None:
-        fig.add_hline(y=fp["weight_bytes"] / 2**20, line_dash="dash", annotation_text="FP")
-    fig.update_layout(title="Weight memory vs bits (measured bytes)", xaxis_title="w_bits",
+        hline_trace(fig, fp["weight_bytes"] / 2**20, f"FP {fp['weight_bytes'] / 2**20:,.0f} MiB")
+    fig.update_layout(title="Weight memory vs bits (measured bytes)", xaxis_title=axis_title("w_bits"),
                       yaxis_title="weight memory (MiB)", template="plotly_white")
     return fig
 
 
 def plot_metric_vs_bits(df: pd.DataFrame, metric: str = "kl_mean", log_y: bool | None = None) -> go.Figure:
     """``metric`` (``kl_mean``, ``kl_p95``, ``top1_agreement``, ``ppl``...) against ``w_bits``, one line per
-    method/granularity. KL is drawn on a log axis by default."""
+    method/granularity. KL is drawn on a log axis by default, with ticks in plain notation. A frame
+    with no quantized row gives a figure that says so instead of empty axes."""
     if metric not in df:
         raise ValueError(f"column {metric!r} not in the DataFrame; have {sorted(df.columns)}")
+    if _q(df).empty:
+        return empty_figure("no quantized point selected: pick a method and granularity the grid has",
+                            title=f"{metric} vs weight bits")
     fig = go.Figure()
     for name, g in _q(df).groupby("series", sort=True):
         fig.add_trace(go.Scatter(x=g["w_bits"], y=g[metric], mode="lines+markers", name=name))
     fp = _fp(df)
     if fp is not None and metric in ("ppl", "ppl_q"):
-        fig.add_hline(y=fp[metric], line_dash="dash", annotation_text="FP")
+        hline_trace(fig, fp[metric], f"FP {fp[metric]:.1f}")
     log_y = metric.startswith("kl") if log_y is None else log_y
-    unit = " (nats/token)" if metric.startswith("kl") else ""
-    fig.update_layout(title=f"{metric} vs weight bits", xaxis_title="w_bits", yaxis_title=metric + unit,
-                      yaxis_type="log" if log_y else "linear", template="plotly_white")
-    return fig
+    fig.update_layout(title=f"{metric} vs weight bits", xaxis_title=axis_title("w_bits"),
+                      yaxis_title=axis_title(metric), yaxis_type="log" if log_y else "linear",
+                      template="plotly_white", xaxis_dtick=1)
+    return readable_log_axes(fig)
 
 
 def plot_mmlu_vs_bits(df: pd.DataFrame) -> go.Figure:
@@ -91,16 +111,19 @@ def plot_mmlu_vs_bits(df: pd.DataFrame) -> go.Figure:
             error_y={"type": "data", "symmetric": False, "array": g["mmlu_ci_hi"] - g["mmlu_acc"],
                      "arrayminus": g["mmlu_acc"] - g["mmlu_ci_lo"]}))
     fp = _fp(d)
-    if fp is not None:
-        fig.add_hrect(y0=fp["mmlu_ci_lo"], y1=fp["mmlu_ci_hi"], opacity=0.15, line_width=0,
-                      annotation_text="FP 95% CI")
-        fig.add_hline(y=fp["mmlu_acc"], line_dash="dash")
-    fig.add_hline(y=chance, line_dash="dot", annotation_text=f"chance {chance:.2f}")
+    xs = d["w_bits"].tolist() or [0, 1]
+    if fp is not None:  # the FP band and the chance line are legend entries: their labels cannot overlap
+        fig.add_scatter(x=[min(xs), max(xs), max(xs), min(xs)], y=[fp["mmlu_ci_lo"]] * 2 + [fp["mmlu_ci_hi"]] * 2,
+                        fill="toself", mode="none", fillcolor="rgba(128,128,128,0.15)", hoverinfo="name",
+                        name=f"FP {fp['mmlu_acc']:.3f} [{fp['mmlu_ci_lo']:.3f}, {fp['mmlu_ci_hi']:.3f}]")
+        hline_trace(fig, fp["mmlu_acc"], "FP accuracy", xs)
+    hline_trace(fig, chance, f"chance {chance:.2f} (4 choices)", xs, dash="dot")
     what = ""
     if "mmlu_formulation" in d and len(d):
         what = f" ({d['mmlu_formulation'].iloc[0]}, {d['mmlu_metric'].iloc[0]}, n={int(d['mmlu_n'].iloc[0])})"
     fig.update_layout(title=f"MMLU accuracy vs weight bits, 95% CI{what}; hollow: CI includes chance",
-                      xaxis_title="w_bits", yaxis_title="accuracy", template="plotly_white")
+                      xaxis_title=axis_title("w_bits"), yaxis_title=axis_title("mmlu_acc"), template="plotly_white",
+                      xaxis_dtick=1)
     return fig
 
 
@@ -117,7 +140,7 @@ def plot_speed(df: pd.DataFrame) -> go.Figure:
                              hovertext=df.get("runtime")))
     dev = df["speed_device"].iloc[0] if "speed_device" in df and len(df) else "?"
     fig.update_layout(title=f"Decode time per token on the engine ({dev})", barmode="group",
-                      xaxis_title="configuration", yaxis_title="ms per token (per sequence)",
+                      xaxis_title="configuration", yaxis_title="decode time per token (ms, per sequence)",
                       template="plotly_white")
     return fig
 
@@ -137,8 +160,8 @@ def plot_layer_heatmap(report: pd.DataFrame, value: str = "rel_err") -> go.Figur
     z = z.reindex([k for k in _LAYER_ORDER if k in z.index] + [k for k in z.index if k not in _LAYER_ORDER])
     fig = go.Figure(go.Heatmap(z=z.values, x=[int(c) for c in z.columns], y=list(z.index), colorscale="Viridis",
                                colorbar_title=value))
-    fig.update_layout(title=f"Per-layer {value}", xaxis_title="decoder layer", yaxis_title="Linear",
-                      template="plotly_white")
+    fig.update_layout(title=f"Per-layer {axis_title(value)}", xaxis_title="decoder layer (index)",
+                      yaxis_title="Linear layer", template="plotly_white")
     return fig
 
 
@@ -153,7 +176,7 @@ def plot_group_size_trend(df: pd.DataFrame, metric: str = "kl_mean") -> go.Figur
     fig = go.Figure()
     for name, g in d.sort_values("order").groupby("series", sort=True):
         fig.add_trace(go.Scatter(x=g["gs_label"], y=g[metric], mode="lines+markers", name=name))
-    fig.update_layout(title=f"{metric} vs group size", xaxis_title="group_size", yaxis_title=metric,
-                      yaxis_type="log" if metric.startswith("kl") else "linear", template="plotly_white",
-                      xaxis_type="category")
-    return fig
+    fig.update_layout(title=f"{metric} vs group size", xaxis_title="group size (input features per scale)",
+                      yaxis_title=axis_title(metric), yaxis_type="log" if metric.startswith("kl") else "linear",
+                      template="plotly_white", xaxis_type="category")
+    return readable_log_axes(fig)

@@ -7,19 +7,24 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workbench.figures import empty_figure, hline_trace, readable_log_axes
 from workbench.spec.theory import expected_tokens_per_step, speedup
 
 
 def plot_tokens_per_step(df: pd.DataFrame, color: str = "draft") -> go.Figure:
     """Histogram of tokens emitted per verification step (``run_spec`` rows, list column
-    ``tokens_per_step``), as the share of steps, one bar group per ``color`` value."""
+    ``tokens_per_step``), as the share of steps, one bar group per ``color`` value. No rows: a figure
+    that says so."""
+    if df.empty:
+        return empty_figure("no runs selected", title="Tokens per step")
     fig = go.Figure()
     for name, g in df.groupby(color, sort=True):
         counts = pd.Series(np.concatenate([np.asarray(x) for x in g["tokens_per_step"]])).value_counts(normalize=True)
         counts = counts.sort_index()
         fig.add_bar(x=counts.index, y=counts.values, name=str(name))
     fig.update_layout(title="Tokens per step (accepted drafts + 1 bonus/resampled)", barmode="group",
-                      xaxis_title="tokens emitted in a step", yaxis_title="share of steps")
+                      xaxis_title="tokens emitted in a step (tokens)", yaxis_title="share of steps (fraction)",
+                      xaxis_dtick=1)
     return fig
 
 
@@ -27,7 +32,9 @@ def plot_acceptance_per_pos(df: pd.DataFrame, color: str = "draft") -> go.Figure
     """Per-position acceptance: accepted at position i / steps that drafted position i, pooled over
     ``run_spec`` rows (list columns ``accepted_per_pos``, ``drafted_per_pos``). With the static policy
     every step drafts every position and this is vLLM's per-position acceptance rate (accepted at i /
-    num_drafts); with variable k it is conditional on drafting i."""
+    num_drafts); with variable k it is conditional on drafting i. No rows: a figure that says so."""
+    if df.empty:
+        return empty_figure("no runs selected", title="Acceptance by draft position")
     fig = go.Figure()
     for name, g in df.groupby(color, sort=True):
         n = max(len(x) for x in g["accepted_per_pos"])
@@ -36,8 +43,8 @@ def plot_acceptance_per_pos(df: pd.DataFrame, color: str = "draft") -> go.Figure
             acc[: len(a)] += a
             dr[: len(d)] += d
         fig.add_scatter(x=np.arange(1, n + 1), y=acc / np.maximum(dr, 1), mode="lines+markers", name=str(name))
-    fig.update_layout(title="Acceptance by draft position", xaxis_title="draft position",
-                      yaxis_title="P(accepted | drafted)", yaxis_range=[0, 1.02])
+    fig.update_layout(title="Acceptance by draft position", xaxis_title="draft position (1 = first draft token)",
+                      yaxis_title="P(accepted | drafted) (fraction)", yaxis_range=[0, 1.02], xaxis_dtick=1)
     return fig
 
 
@@ -101,8 +108,8 @@ def plot_theory_vs_k(summary: pd.DataFrame, metric: str = "tau", k_max: int = 10
             if metric == "tau" else None
         fig.add_scatter(x=g.k, y=g[metric], error_y=err, mode="markers", marker={"color": color, "size": 9},
                         name=f"{label} measured", legendgroup=label)
-    if metric == "speedup":
-        fig.add_hline(y=1, line_dash="dot", line_color="gray", annotation_text="plain decoding")
+    if metric == "speedup":  # a legend entry, not an annotation: no label on top of the data
+        hline_trace(fig, 1.0, "plain decoding (speedup 1)", ks, dash="dot")
     fig.update_layout(title=f"{'Mean acceptance length tau' if metric == 'tau' else 'Speedup'} vs k",
                       xaxis_title="k (draft tokens per step)",
                       yaxis_title="tau [tokens/step]" if metric == "tau" else "speedup (x plain decoding)")
@@ -112,6 +119,8 @@ def plot_theory_vs_k(summary: pd.DataFrame, metric: str = "tau", k_max: int = 10
 def plot_policies(summary: pd.DataFrame) -> go.Figure:
     """tau and realized speedup per policy (static / heuristic / confidence), one bar group per draft."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("tau [tokens/step]", "speedup"))
+    fig.update_yaxes(title_text="tau (tokens/step)", col=1)
+    fig.update_yaxes(title_text="speedup (x plain decoding)", col=2)
     for policy, g in summary.groupby("policy", sort=True):
         x = g.draft + " T=" + g.temperature.map("{:g}".format)
         fig.add_bar(x=x, y=g.tau, name=policy, legendgroup=policy, row=1, col=1,
@@ -131,9 +140,9 @@ def plot_distill(curve: pd.DataFrame) -> go.Figure:
         fig.add_scatter(x=curve.step, y=curve.greedy_match, mode="lines+markers", name="greedy match",
                         secondary_y=True)
     fig.update_layout(title="Draft distillation", xaxis_title="training step")
-    fig.update_yaxes(title_text="KL [nats]", type="log", secondary_y=False)
-    fig.update_yaxes(title_text="alpha", range=[0, 1], secondary_y=True)
-    return fig
+    fig.update_yaxes(title_text="KL [nats/token]", type="log", secondary_y=False)
+    fig.update_yaxes(title_text="alpha, greedy match (fraction)", range=[0, 1], secondary_y=True)
+    return readable_log_axes(fig)
 
 
 __all__ = [

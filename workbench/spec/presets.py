@@ -2,10 +2,14 @@
 
 ``SpecGrid.from_name(name, **overrides)``; names in :data:`SPEC_GRIDS`:
 
-* ``"demo"``: notebook 02 -- static k in (1, 2, 4, 6), the heuristic and confidence policies at
-  k = 4, greedy and T = 0.7, 24 new tokens on 12 Spec-Bench prompts, four drafts (RTN INT8/INT4/INT3
-  self-drafts and a 2-layer distilled draft, 150 steps).
-* ``"smoke"``: the same shape at CI size (k = 2, 6 new tokens, 2 prompts, INT4 and a 5-step
+* ``"full"``: notebook 02 under ``WB_FULL=1`` -- static k in (1, 2, 4, 6), the heuristic and
+  confidence policies at k = 4, greedy and T = 0.7, 24 new tokens on 12 Spec-Bench prompts, four drafts
+  (RTN INT8/INT4/INT3 self-drafts and a 2-layer distilled draft, 150 steps).
+* ``"demo"``: notebook 02's default, sized for ``make reports`` on a 2-core CPU -- the same studies on
+  a smaller grid: static k in (1, 2, 4), the policies at k = 4, both temperatures, 12 new tokens on 6
+  prompts, the INT8 and INT3 self-drafts (alignment falling with bits) and a 50-step distilled draft
+  (180 runs of 12 tokens against the full grid's 576 of 24).
+* ``"smoke"``: the same shape at CI size (k = 1 and 2, 6 new tokens, 2 prompts, INT4 and a 5-step
   distilled draft on 60,000 characters of WikiText-2).
 * ``"spec-table"``: ``benchmarks/spec_table.py`` -- static k = 4 at T = 0 and 0.7, 32 new tokens on
   120 prompts (prompts cut to 192 tokens), the four drafts.
@@ -82,9 +86,11 @@ class SpecGrid:
 
 
 SPEC_GRIDS = {
-    "demo": SpecGrid(),
-    "smoke": SpecGrid(ks=(2,), k_policy=2, max_new_tokens=6, n_prompts=2, drafts=("int4", "distilled"),
-                      distill_steps=5, distill_chars=60_000),
+    "full": SpecGrid(),
+    "demo": SpecGrid(ks=(1, 2, 4), max_new_tokens=12, n_prompts=6, drafts=("int8", "int3", "distilled"),
+                     distill_steps=50),
+    "smoke": SpecGrid(ks=(1, 2), k_policy=2, max_new_tokens=6, n_prompts=2, drafts=("int4", "distilled"),
+                      distill_steps=5, distill_chars=60_000),  # two k values: the explorer's k slider moves
     "spec-table": SpecGrid(ks=(4,), k_policy=4, policies=(), max_new_tokens=32, n_prompts=120,
                            max_prompt_tokens=192),
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.notebook import interactive_output
+from workbench.notebook import panel
 from workbench.spec.plots import plot_acceptance_per_pos, plot_tokens_per_step
 from workbench.spec.run import summarize_spec
 
@@ -12,7 +12,9 @@ from workbench.spec.run import summarize_spec
 def explorer(df: pd.DataFrame):
     """``ipywidgets`` box: draft, k, temperature and policy selectors (``continuous_update=False``)
     redrawing the tokens-per-step histogram, the per-position acceptance and the pooled metrics of the
-    matching ``run_spec`` rows (``interactive_output`` redrawing plain figures, DESIGN.md)."""
+    matching ``run_spec`` rows (:func:`workbench.notebook.panel` redrawing plain figures, DESIGN.md;
+    controls with one option hidden; exported reports show one set of charts per draft). Returns a
+    :class:`workbench.notebook.Panel` (a ``VBox``)."""
     import ipywidgets as w
     from IPython.display import display
 
@@ -40,8 +42,7 @@ def explorer(df: pd.DataFrame):
         display(plot_tokens_per_step(sel))
         display(plot_acceptance_per_pos(sel))
 
-    out = interactive_output(show, controls)
-    return w.VBox([w.HBox(list(controls.values())), out])
+    return panel(show, controls, vary="draft")
 
 
 __all__ = ["explorer"]
