@@ -3,7 +3,7 @@
 ``python -m benchmarks.run_notebooks --out DIR notebooks/00_quickstart.ipynb ...`` runs each notebook in a
 fresh ``python3`` kernel (parameters from the environment, as ``make reports`` does), writes the executed
 copy to ``DIR`` and prints one line per notebook with its wall time; a failing cell is printed with its
-traceback and the run goes on to the next notebook. Exit status 1 if any notebook failed.
+traceback and the run goes on to the next notebook; ``notebook_times.json`` is rewritten after each one. Exit status 1 if any notebook failed.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def main(argv=None) -> int:
         print(f"{r['notebook']}: {'ok' if r['ok'] else 'FAILED'} in {r['wall_s']} s", flush=True)
         if r["error"]:
             print(r["error"], flush=True)
-    total = sum(r["wall_s"] for r in rows)
+        total = sum(r["wall_s"] for r in rows)  # written after each notebook: a cut run keeps what it did
+        (args.out / "notebook_times.json").write_text(json.dumps({"notebooks": rows, "total_s": total}, indent=2))
     print(f"total {total:.1f} s for {len(rows)} notebooks", flush=True)
-    (args.out / "notebook_times.json").write_text(json.dumps({"notebooks": rows, "total_s": total}, indent=2))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -54,7 +54,7 @@ CASES = [  # (class, base kwargs, bad field, bad value, message fragment)
     (SpecConfig, {}, "max_new_tokens", "32", "pass the number 32"),
     (MMLUConfig, {}, "n_shot", 2.5, "must be an integer"),
     (MMLUConfig, {}, "batch_size", "8", "pass the number 8"),
-    (MMLUConfig, {}, "n_per_subject", 10.5, "must be an integer"),
+    (MMLUConfig, {}, "max_tokens", 4096.5, "must be an integer"),
     (FidelityConfig, {}, "seq_len", 128.5, "must be an integer"),
     (FidelityConfig, {}, "n_tokens", "4096", "pass the number 4096"),
     (HardwareSpec, HW, "hbm_gbs", "3350", "pass the number 3350"),
