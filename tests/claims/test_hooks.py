@@ -116,3 +116,14 @@ def test_kv_too_short_is_not_testable():
 @pytest.mark.parametrize("alpha, k", [(0.3, 5), (0.678, 5), (0.9, 3)])
 def test_implied_alpha_inverts_eq1(alpha, k):
     assert implied_alpha(expected_tokens_per_step(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
+
+
+def test_gptq_act_order_mechanism_runs_and_orders_the_errors():
+    """The mechanism behind the GPTQ act-order record, run for real (it once raised: act_order with groups
+    needs static groups): on a layer with outlier input channels GPTQ beats RTN by far, act order beats
+    plain GPTQ (measured 6.3e-3, 2.1e-4, 1.1e-4 relative output error)."""
+    from workbench.claims.mechanisms import gptq_act_order
+
+    r = gptq_act_order(0)
+    assert r["err_gptq"] < 0.2 * r["err_rtn"]
+    assert r["err_gptq_act_order"] < r["err_gptq"]

@@ -88,7 +88,9 @@ def gptq_act_order(seed: int = 0, out_f: int = 64, in_f: int = 128, n_tokens: in
 
     out = {"err_rtn": err(fake_quantize(W, bits, group_size, symmetric=False))}
     for key, act in (("err_gptq", False), ("err_gptq_act_order", True)):
-        q, s, z = gptq_quantize(W, H, bits, group_size, symmetric=False, act_order=act)
+        # act_order with groups needs static groups (groups in the original column order, no g_idx),
+        # as AutoGPTQ's desc_act + static_groups
+        q, s, z = gptq_quantize(W, H, bits, group_size, symmetric=False, act_order=act, static_groups=act)
         out[key] = err(dequantize_codes(q, s, z, torch.float32, group_size))
     return out | {"bits": bits, "group_size": group_size}
 
