@@ -14,7 +14,7 @@
 #   cp -r $D/mmlu .stage/B/data/
 #   the Jupyter wheels for Python 3.12 into .whl/ (nbclient, nbformat, jupyter_client, jupyter_core,
 #   ipykernel, ipython, traitlets, pyzmq, tornado, comm, plotly, narwhals, ipywidgets, jupyterlab_widgets,
-#   jsonschema and its needs, prompt_toolkit, stack_data and its needs, gguf; about 15 MB; see RESULTS.md)
+#   jsonschema and its needs, prompt_toolkit, stack_data and its needs, platformdirs, gguf; about 15 MB)
 # Then on the device, one call right after the other:
 #   call 1 (carry .stage/A):      bash benchmarks/gpu_reports.sh stage [command...]
 #   call 2 (carry .stage/B .whl): bash benchmarks/gpu_reports.sh prep [command...]
