@@ -76,3 +76,32 @@ def test_partial_dict_raises():
     q, s, z = quantize_rtn_int4(m.model.layers[0].self_attn.q_proj.weight, 128)
     with pytest.raises(ValueError, match="all or none"):
         Engine.from_hf(m, max_seq=8, w4a16={"model.layers.0.self_attn.q_proj": (q, s, z)})
+
+
+@pytest.mark.parametrize("k,tiles", [(576, 4), (1536, 8), (3584, 8), (4096, 8), (96, 2), (32, 2)])
+def test_tinygemm_inner_k_tiles_divide_in_features(k, tiles):
+    """torch's tinygemm packing wants ``in_features`` divisible by ``innerKTiles * 16``; always passing 8
+    (gpt-fast's choice, the old code) refused SmolLM2-135M's 576 columns on the H200."""
+    from workbench.engine.int4 import tinygemm_inner_k_tiles
+
+    assert tinygemm_inner_k_tiles(k) == tiles
+    assert k % (tiles * 16) == 0
+
+
+def test_tinygemm_inner_k_tiles_refuse_what_no_tile_divides():
+    from workbench.engine.int4 import tinygemm_inner_k_tiles
+
+    with pytest.raises(ValueError, match="multiple of 32.*pad"):
+        tinygemm_inner_k_tiles(100)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="tinygemm is a CUDA kernel")
+@pytest.mark.parametrize("k", [576, 1536])
+def test_tinygemm_takes_576_columns_and_matches_dequant(k):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(256, k, generator=g).to(torch.bfloat16)
+    q, s, z = quantize_rtn_int4(w, 64)
+    x = torch.randn(5, k, generator=g).to(torch.bfloat16).cuda()
+    ref = Int4Linear(q, s, z, torch.bfloat16, "dequant", "cuda")(x).float()
+    out = Int4Linear(q, s, z, torch.bfloat16, "tinygemm", "cuda")(x).float()
+    assert (out - ref).abs().max() <= 2e-2 * ref.abs().max()

@@ -43,6 +43,21 @@ LARGE = ("tinygemm", "gemlite", "dequant")  # kernels for the rows the small one
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite", "triton:dequant")
 
 
+def tinygemm_inner_k_tiles(in_features: int) -> int:
+    """The ``innerKTiles`` argument of ``torch.ops.aten._convert_weight_to_int4pack`` for a weight with
+    ``in_features`` columns: the largest of 8, 4, 2 whose K tile (``innerKTiles * 16`` columns, torch's
+    ``kKTileSize = 16``; ``aten/src/ATen/native/cuda/int4mm.cu``) divides ``in_features``. gpt-fast always
+    passes 8, which refuses e.g. SmolLM2-135M's 576 columns (576 / 128 = 4.5); 4 takes them (576 / 64 = 9).
+
+    Raises ``ValueError`` when ``in_features`` is not a multiple of 32 (the caller then pads ``in``, see
+    :mod:`workbench.engine.runtime`)."""
+    for tiles in (8, 4, 2):
+        if in_features % (tiles * 16) == 0:
+            return tiles
+    raise ValueError(f"tinygemm needs in_features to be a multiple of 32, got {in_features}; pad the input "
+                     f"columns to a multiple of 128 (workbench.engine.runtime does) or use backend 'dequant'")
+
+
 def quantize_rtn_int4(weight: torch.Tensor, group_size: int = 128):
     """Round-to-nearest asymmetric INT4 of ``weight`` ``[out, in]`` (any float dtype): the package's RTN
     definition (:func:`workbench.quant.rtn.compute_qparams` and ``quantize_codes`` with ``bits=4``,
@@ -142,7 +157,7 @@ class Int4Linear:
             self.small_rows = ROWS_MAX if self.tc else SMALL_M
         if "tinygemm" in (small, large):
             packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
-            self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, 8)
+            self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, tinygemm_inner_k_tiles(self.in_features))
             sz = torch.stack((scales, (8 - zeros) * scales), dim=-1)  # [out, G, 2]
             self.scales_and_zeros = sz.transpose(0, 1).contiguous()  # [G, out, 2]
         if "gemlite" in (small, large):
