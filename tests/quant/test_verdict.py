@@ -52,3 +52,14 @@ def test_without_windows_the_independent_intervals_are_used():
 def test_takeaways_skips_questions_the_grid_cannot_answer():
     t = takeaways(_grid([0.1, 0.12, 0.11], [0.3, 0.33, 0.31]))
     assert list(t["question"]) == ["AWQ or RTN, at INT4 g128?"] and t["winner"].iloc[0] == AWQ
+
+
+def test_sentence_gives_the_winners_value_first():
+    """The sentence reads "W has lower kl_mean than L: w vs l" whichever of a, b wins (notebook 01 printed
+    "g128 has lower kl_mean than tensor sym: 10.6 vs 0.373" when b won: the values were in a, b order)."""
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.2, 0.6, 16)
+    grid = _grid(base - 0.1, base)  # AWQ lower by 0.1
+    v = compare_points(grid, RTN, AWQ)  # b (AWQ) wins
+    w, l_ = float(grid.set_index("label").loc[AWQ, "kl_mean"]), float(grid.set_index("label").loc[RTN, "kl_mean"])
+    assert v.winner == AWQ and v.text.startswith(f"{AWQ} has lower kl_mean than {RTN}: {w:.3g} vs {l_:.3g}")

@@ -109,11 +109,12 @@ def compare_points(grid: pd.DataFrame, a: str, b: str, metric: str = "kl_mean", 
     va, vb = float(ra[metric]), float(rb[metric])
     span = f"{d:+.3g} [{level:.0%} CI {lo:+.3g}, {hi:+.3g}] {unit}, {how}"
     if winner is None:
-        text = f"{NO_DIFFERENCE} between {a} and {b} on {metric}: {va:.3g} vs {vb:.3g} (difference {span})"
+        text = f"{NO_DIFFERENCE} between {a} and {b} on {metric}: {va:.3g} vs {vb:.3g} (difference {a} − {b}: {span})"
     else:
-        loser = b if winner == a else a
+        loser, wv, lv = (b, va, vb) if winner == a else (a, vb, va)  # values in the sentence's order
         better = "lower" if lower else "higher"
-        text = f"{winner} has {better} {metric} than {loser}: {va:.3g} vs {vb:.3g} (difference {span})"
+        text = (f"{winner} has {better} {metric} than {loser}: {wv:.3g} vs {lv:.3g} "
+                f"(difference {a} − {b}: {span})")
     return QuantVerdict(a, b, metric, va, vb, d, (lo, hi), winner, how, text)
 
 
