@@ -58,7 +58,7 @@ from workbench.device import describe, resolve
 from workbench.models import load_model
 from workbench.notebook import fields, setup, table
 from workbench.pd import CostModel, HardwareSpec, ModelSpec, plots
-from workbench.pd.loop import CPUClock, compare_to_sim, run_serving, sim_config_for
+from workbench.pd.loop import clock_for, compare_to_sim, run_serving, sim_config_for
 from workbench.pd.profile import ProfileConfig, drift_check, make_runner, run_profile, with_floors
 from workbench.pd.sim import (
     SLO,
@@ -84,19 +84,20 @@ print(describe(device, dtype))
 # %% [markdown]
 # ## 1 · Profile on this machine
 #
-# Memory bandwidth and matmul rate are measured now (`HardwareSpec.measure`). Step times are CPU time of this
-# process (`CPUClock`), so other jobs on a shared machine do not inflate them.
+# Memory bandwidth and matmul rate are measured now (`HardwareSpec.measure`). Step times on the CPU are CPU time
+# of this process (`CPUClock`), so other jobs on a shared machine do not inflate them; on a GPU, wall time with
+# the device synchronized (`clock_for`).
 
 # %%
 model, tok = load_model(MODEL, dtype=dtype, device=device)
-hw_here = HardwareSpec.measure(device, copy_mb=16 if SMOKE else 64)
+hw_here = HardwareSpec.measure(device, copy_mb=16 if SMOKE else None)  # None: 64 MiB on the CPU, 1 GiB on a GPU
 spec_here = ModelSpec.from_hf_config(model.config, name=MODEL,
                                      bytes_per_param=next(model.parameters()).element_size(),
                                      bytes_per_kv=next(model.parameters()).element_size())
 pcfg = (ProfileConfig(prompt_lens=(8, 32), prefill_batches=(1, 2), decode_batches=(1, 2, 4),
                       context_lens=(16,), repeats=2) if SMOKE else ProfileConfig())
 runner = make_runner(model, max_batch=max(pcfg.max_batch, 8), max_seq=pcfg.max_seq + 64)
-clock = CPUClock()
+clock, sleep = clock_for(device)
 profile = with_floors(run_profile(runner, pcfg, clock=clock), spec_here, hw_here)
 cost_here = CostModel.fit(profile)
 print(hw_here.name, f"{hw_here.hbm_gbs:.1f} GB/s, {hw_here.matmul_flops / 1e9:.1f} GFLOP/s ({hw_here.flops_dtype} matmul)")
@@ -122,7 +123,7 @@ if RUN_REAL_LOOP:
     wl_real = generate_workload(WorkloadConfig(
         n_requests=LOOP_REQUESTS, rate=LOOP_RATE, prompt=LengthDist("fixed", 32 if SMOKE else 64),
         output=LengthDist("uniform", low=4, high=8 if SMOKE else 24), seed=SEED))
-    real = run_serving(runner, wl_real, max_prefill_batch=2, clock=clock, sleep=clock.sleep)
+    real = run_serving(runner, wl_real, max_prefill_batch=2, clock=clock, sleep=sleep)
     drift = drift_check(runner, profile, pcfg, clock=clock)
     cmp = compare_to_sim(real, wl_real, cost_here, sim_config_for(runner, max_prefill_batch=2), drift=drift)
     plots.plot_sim_vs_real(cmp, title=f"{MODEL}: simulator vs real loop ({len(real)} requests)").show()

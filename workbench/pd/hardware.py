@@ -58,19 +58,25 @@ class HardwareSpec:
         return lookup_in(PRESETS, name, "hardware preset", lower=True)
 
     @classmethod
-    def measure(cls, device: str | torch.device = "cpu", *, copy_mb: int = 64, matmul_n: int = 1024,
+    def measure(cls, device: str | torch.device = "cpu", *, copy_mb: int | None = None, matmul_n: int | None = None,
                 repeats: int = 5, dtype: torch.dtype | None = None,
                 link_gbs: float | None = None, link_latency_us: float = 10.0) -> HardwareSpec:
         """Measure memory bandwidth and matmul rate on ``device`` now (best of ``repeats``).
 
         * bandwidth: ``dst.copy_(src)`` of ``copy_mb`` MiB, counting read + write bytes (STREAM "copy");
-        * FLOP/s: an ``[n, n] @ [n, n]`` matmul, ``2 n^3`` FLOPs, in ``dtype`` (default bf16 on CUDA,
+          default 64 MiB on the CPU, 1024 MiB on CUDA (far above a GPU's L2 cache: 60 MiB on an H100/H200,
+          where a 64 MiB copy measures partly the cache and the launch);
+        * FLOP/s: an ``[n, n] @ [n, n]`` matmul (``n = matmul_n``, default 1024 on the CPU, 8192 on CUDA,
+          where a 1024^3 matmul is launch-bound), ``2 n^3`` FLOPs, in ``dtype`` (default bf16 on CUDA,
           float32 on CPU where bf16 GEMMs are often not the fast path), stored in ``matmul_flops`` with
           ``flops_dtype`` naming that dtype;
         * memory: CUDA total memory, or the host's physical memory on CPU;
         * link: ``link_gbs`` if given, else the measured copy bandwidth (same host: the "link" is memory).
         """
         device = torch.device(device)
+        gpu = device.type == "cuda"
+        copy_mb = copy_mb if copy_mb is not None else (1024 if gpu else 64)
+        matmul_n = matmul_n if matmul_n is not None else (8192 if gpu else 1024)
         if dtype is None:
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
 

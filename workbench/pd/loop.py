@@ -23,7 +23,7 @@ from workbench.pd.metrics import RequestStats, summarize
 from workbench.pd.profile import extend
 from workbench.pd.sim import SimConfig, Workload, simulate
 
-__all__ = ["MIN_DRIFT_PCT", "CPUClock", "compare_to_sim", "run_serving", "sim_config_for"]
+__all__ = ["MIN_DRIFT_PCT", "CPUClock", "clock_for", "compare_to_sim", "run_serving", "sim_config_for"]
 
 MIN_DRIFT_PCT = 1.0  # a speed change below 1% is within a profile point's repeat-to-repeat spread
 
@@ -46,6 +46,17 @@ class CPUClock:
 
     def sleep(self, dt: float) -> None:
         self.offset += max(0.0, dt)
+
+
+def clock_for(device) -> tuple:
+    """``(clock, sleep)`` to time steps on ``device`` (a ``torch.device`` or its name): on the CPU a
+    :class:`CPUClock` and its ``sleep`` (this process's CPU time: robust to other jobs on a shared
+    machine); elsewhere wall time, ``(time.perf_counter, time.sleep)``: a GPU step's time is not this
+    process's CPU time (the profile and the loop synchronize the device before reading the clock)."""
+    if str(device).startswith("cpu"):
+        c = CPUClock()
+        return c, c.sleep
+    return time.perf_counter, time.sleep
 
 
 def run_serving(runner, workload: Workload, *, max_prefill_batch: int = 4, seed: int = 0,
