@@ -45,3 +45,22 @@ def test_summary(results):
     assert static.tau_theory_pred.between(1, static.k + 1).all()
     by_cat = summarize_spec(results, by=("draft", "temperature", "policy", "k", "category"))
     assert set(by_cat.category) == {"a", "b"}
+
+
+def test_warm_up_runs_untimed_decodes_first_and_changes_no_token(toy):
+    """Off the CPU, first calls (graph capture, compilation) must not land in the baseline every speedup is
+    divided by. The warm-up runs one short plain decode and one short speculative decode per (draft, k,
+    policy, greedy/sampled) before any timed run; tokens and counters are those of a run without it."""
+    from workbench.engine import HFRunner
+    from workbench.spec import run as run_mod
+
+    target, draft = toy.tiny_llama(seed=1), toy.tiny_llama(seed=2)
+    prompts = pd.DataFrame({"prompt_id": [0, 1], "category": ["a", "a"], "prompt_ids": [[1, 2, 3], [4, 5]]})
+    configs = [SpecConfig(k=2, temperature=0.0, max_new_tokens=8), SpecConfig(k=3, temperature=0.0, max_new_tokens=8),
+               SpecConfig(k=2, temperature=1.0, max_new_tokens=8)]
+    t_run, d_run = HFRunner(target), HFRunner(draft)
+    assert run_mod._warm_up(t_run, {"d": d_run}, prompts, configs, "auto", ()) == 1 + 3
+    cols = ["prompt_id", "k", "temperature", "num_drafts", "num_accepted_tokens", "n_new"]
+    warm = run_spec(t_run, {"d": d_run}, prompts, configs, warmup=True)[cols]
+    cold = run_spec(t_run, {"d": d_run}, prompts, configs, warmup=False)[cols]
+    pd.testing.assert_frame_equal(warm, cold)
