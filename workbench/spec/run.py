@@ -168,9 +168,9 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
         require_trained(target, "speculative decoding's alignment and acceptance (alpha, tau)")
     timer = {} if clock is None else {"clock": clock}
     t_run, d_runs = default_runners(target, drafts, prompts, configs, runner_factory)
-    if (not str(getattr(t_run, "device", "cpu")).startswith("cpu")) if warmup is None else warmup:
-        if len(prompts):
-            _warm_up(t_run, d_runs, prompts, configs, loop, stop_token_ids)
+    warm = not str(getattr(t_run, "device", "cpu")).startswith("cpu") if warmup is None else warmup
+    if warm and len(prompts):
+        _warm_up(t_run, d_runs, prompts, configs, loop, stop_token_ids)
     cache = cache if cache is not None else SpecCache(max_baselines=1)
     groups: dict = {}
     for cfg in configs:
