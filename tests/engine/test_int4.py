@@ -105,3 +105,36 @@ def test_tinygemm_takes_576_columns_and_matches_dequant(k):
     ref = Int4Linear(q, s, z, torch.bfloat16, "dequant", "cuda")(x).float()
     out = Int4Linear(q, s, z, torch.bfloat16, "tinygemm", "cuda")(x).float()
     assert (out - ref).abs().max() <= 2e-2 * ref.abs().max()
+
+
+needs_triton = pytest.mark.skipif(not (torch.cuda.is_available() or __import__("os").environ.get("TRITON_INTERPRET")),
+                                  reason="Triton kernels: CUDA or TRITON_INTERPRET=1")
+
+
+@needs_triton
+@pytest.mark.parametrize("m", [65, 130])
+def test_rows_large_kernel_blocks_prefill_rows_through_the_tensor_core_gemm(m):
+    """``"triton:rows"``: more than ROWS_MAX (64) rows run in 64-row blocks through the tensor-core GEMM
+    (tinygemm, the old large kernel, costs 8x cuBLAS at 64 rows on the H200 and grows linearly)."""
+    from workbench.engine.int4 import ROWS_MAX
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(0)
+    q, s, z = quantize_rtn_int4(torch.randn(96, 256, generator=g), 128)
+    lin = Int4Linear(q, s, z, torch.float32, "triton:rows", dev)
+    assert lin.tc and lin.large == "rows" and m > ROWS_MAX
+    x = torch.randn(m, 256, generator=g)
+    ref = torch.nn.functional.linear(x, dequantize_int4(q, s, z, torch.float32))
+    out = lin(x.to(dev)).float().cpu()
+    assert out.shape == (m, 96)
+    assert float((out - ref).norm() / ref.norm()) < 1e-5
+
+
+@needs_triton
+def test_rows_large_kernel_falls_back_to_tinygemm_where_the_gemm_does_not_apply():
+    g = torch.Generator().manual_seed(0)
+    q, s, z = quantize_rtn_int4(torch.randn(64, 256, generator=g), 64)  # group 64: not a multiple of 128
+    if torch.cuda.is_available():
+        assert Int4Linear(q, s, z, torch.bfloat16, "triton:rows", "cuda").large == "tinygemm"
+    with pytest.raises(ValueError, match="'rows' after 'triton'"):
+        Int4Linear(q, s, z, torch.float32, "tinygemm:rows", "cpu")

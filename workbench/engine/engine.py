@@ -42,18 +42,19 @@ from workbench.engine.weights import ModelWeights, random_weights, weights_from_
 
 
 def default_w4a16_backend(device: torch.device) -> str:
-    """``"triton:tinygemm"`` on CUDA (the Triton kernels for steps of up to 64 token rows: the tensor-core GEMM
-    of :mod:`workbench.kernels.rows` where the group size is a multiple of 128, else the CUDA-core GEMV for one
-    row; torch's tinygemm for more rows, i.e. prefill), ``"tinygemm"`` if triton does not import, ``"dequant"``
-    on CPU. gemlite (``"triton:gemlite"``) is opt-in: it returned NaN in one engine configuration on the H200
-    (cause not established, ``benchmarks/RESULTS.md``)."""
+    """``"triton:rows"`` on CUDA (the Triton kernels: for steps of up to 64 token rows the tensor-core GEMM of
+    :mod:`workbench.kernels.rows` where the group size is a multiple of 128, else the CUDA-core GEMV for one
+    row; more rows, i.e. prefill, in blocks of 64 through the same GEMM, or torch's tinygemm where it does not
+    apply, see :mod:`workbench.engine.int4`), ``"tinygemm"`` if triton does not import, ``"dequant"`` on CPU.
+    gemlite (``"triton:gemlite"``) is opt-in: it returned NaN in one engine configuration on the H200 (cause
+    not established, ``benchmarks/RESULTS.md``)."""
     if device.type != "cuda":
         return "dequant"
     try:
         import triton  # noqa: F401
     except ImportError:
         return "tinygemm"
-    return "triton:tinygemm"
+    return "triton:rows"
 
 
 def _decode_attention_kernel(device: torch.device, head_dim: int):

@@ -25,7 +25,12 @@ Backends for ``y = x @ w_hat.T``:
   otherwise the CUDA-core GEMV of :mod:`workbench.kernels.w4a16` for ``M <= SMALL_M`` (= 1) rows (tuned per
   shape on first use outside graph capture, or up front with :meth:`Int4Linear.warmup`).
 * ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
-  (``"tinygemm"``, ``"gemlite"`` or ``"dequant"``) for more rows (prefill).
+  (``"tinygemm"``, ``"gemlite"``, ``"dequant"`` or ``"rows"``) for more rows (prefill).
+* ``"triton:rows"`` -- more rows than ``ROWS_MAX`` go through the same tensor-core GEMM in blocks of ``ROWS_MAX``
+  rows (where it applies; tinygemm otherwise). tinygemm's time grows linearly with the rows: on the H200
+  (``benchmarks/results/kernels_h200.json``, Qwen2-7B, M = 64) one layer's four matmuls take 1,058 us in
+  tinygemm and 189 us in the tensor-core GEMM (cuBLAS bf16: 139 us); a 512-token prefill is eight such
+  blocks, 237 ms against 42 ms predicted, and the stacked study measured 231 ms through tinygemm.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ SMALL_M = 1  # rows up to which the CUDA-core Triton GEMV is used where the tens
 ROWS_MAX = 64  # rows up to which the tensor-core GEMM is used (workbench.kernels.rows.ROWS_MAX)
 ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: on the H200 it beats the tensor-core
 # GEMM at M = 1 on every Qwen2-7B / Llama-3-8B matmul (e.g. gate_up 32.0 vs 36.6 us; benchmarks/RESULTS.md)
-LARGE = ("tinygemm", "gemlite", "dequant")  # kernels for the rows the small one does not take
-BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite", "triton:dequant")
+LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
+BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
+            "triton:dequant")
 
 
 def tinygemm_inner_k_tiles(in_features: int) -> int:
@@ -116,9 +122,10 @@ class Int4Linear:
     def __init__(self, q, scales, zeros, dtype: torch.dtype, backend: str = "dequant", device=None):
         small, _, large = backend.partition(":")
         large = large or small
-        if backend != "dequant" and (small not in KERNELS or large not in LARGE):
+        bad = small not in KERNELS or large not in LARGE or (large == "rows" and small != "triton")
+        if backend != "dequant" and bad:
             raise ValueError(f"backend={backend!r} unknown; use 'dequant', one of {KERNELS[:2]}, or "
-                             f"'small:large' with small in {KERNELS} and large in {LARGE}")
+                             f"'small:large' with small in {KERNELS} and large in {LARGE} ('rows' after 'triton')")
         device = torch.device(device) if device is not None else q.device
         n_groups = scales.shape[1]
         if scales.shape != zeros.shape or scales.shape[0] != q.shape[0] or q.shape[1] % n_groups:
@@ -155,6 +162,8 @@ class Int4Linear:
             self.z_t = zeros.t().contiguous()  # [K // G, N]
             self.int_zero = bool(torch.equal(zeros, zeros.round()))  # exact fast path for integer zeros
             self.small_rows = ROWS_MAX if self.tc else SMALL_M
+            if large == "rows" and not self.tc:  # the tensor-core GEMM does not take this weight
+                self.large = large = "tinygemm"
         if "tinygemm" in (small, large):
             packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
             self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, tinygemm_inner_k_tiles(self.in_features))
@@ -238,6 +247,8 @@ class Int4Linear:
                        else self._tune(x))
             return w4a16.gemv(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, cfg,
                               self.int_zero)
+        if kernel == "rows":  # blocks of ROWS_MAX rows through the tensor-core GEMM (rows are independent)
+            return torch.cat([self.fused(x[i:i + ROWS_MAX]) for i in range(0, x.shape[0], ROWS_MAX)])
         if kernel == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         if kernel == "tinygemm":
