@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench import divergence
+
 
 def _draft_model(target: torch.nn.Module, draft_config, n_layers: int, init: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
@@ -70,10 +72,9 @@ def _seeded(seed: int, device: torch.device):
 
 def _kl_and_alpha(t_logits: torch.Tensor, d_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean KL(p || q) (nats, differentiable in ``d_logits``) and mean sum min(p, q) over ``[..., V]``."""
-    logp = torch.log_softmax(t_logits.float(), -1)
-    logq = torch.log_softmax(d_logits.float(), -1)
-    kl = (logp.exp() * (logp - logq)).sum(-1).mean()
-    alpha = torch.minimum(logp.exp(), logq.detach().exp()).sum(-1).mean()
+    logp, logq = divergence.log_probs(t_logits), divergence.log_probs(d_logits)
+    kl = divergence.kl(logp, logq).mean()
+    alpha = divergence.overlap(logp.exp(), logq.detach().exp()).mean()
     return kl, alpha
 
 
@@ -216,7 +217,7 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
         with torch.no_grad():
             d = draft(input_ids=eval_ids).logits
             kl, alpha = _kl_and_alpha(eval_target, d)
-            match = (d.argmax(-1) == eval_target.argmax(-1)).float().mean()
+            match = divergence.top1_agreement(d, eval_target).mean()
         rows.append({"step": step, "loss": loss_val, "kl": float(kl), "alpha_pred": float(alpha),
                      "greedy_match": float(match), "elapsed_s": time.perf_counter() - t0})
         draft.train()
