@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import workbench.models.load as load_mod
+from workbench.arch import MODEL_PRESETS
 from workbench.models import (
     PROVENANCE_FILE,
     RANDOM_CONFIGS,
@@ -29,7 +30,6 @@ from workbench.models import (
     weights_label,
 )
 from workbench.models.provenance import attach
-from workbench.pd.roofline import MODEL_PRESETS
 from workbench.results import collect_provenance, load_results, save_results
 
 

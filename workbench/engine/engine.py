@@ -34,10 +34,11 @@ import math
 import torch
 import torch.nn.functional as F
 
+from workbench.arch import ModelSpec, kv_bytes_per_token
 from workbench.engine import dispatch
 from workbench.engine.kv_cache import make_kv_cache, resolve_kv_dtype
 from workbench.engine.ops import get_ops
-from workbench.engine.spec import ModelSpec, rope_tables, round_up
+from workbench.engine.rope import rope_tables, round_up
 from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
 
 
@@ -95,7 +96,7 @@ class Engine:
             if hasattr(m, "warmup"):
                 m.warmup(max_batch)
         self.config = hf_config  # the HF config (RoPE parameters); engines may share weights
-        self.vocab_size = spec.vocab_size
+        self.vocab_size = spec.vocab
         self.max_batch, self.max_seq = max_batch, max_seq
         self.scratch = max_seq
         self.s_cache = round_up(max_seq + 1, 16)
@@ -164,7 +165,7 @@ class Engine:
         to ``min(max_position_embeddings, 2048)``. ``kv_dtype``: KV-cache storage (see
         :mod:`workbench.engine.kv_cache`). Raises ValueError for unsupported architectures.
         """
-        spec = ModelSpec.from_hf_config(model.config)
+        spec = ModelSpec.from_hf_config(model.config, strict=True)
         p = next(model.parameters())
         dtype = dtype or p.dtype
         device = torch.device(device) if device is not None else p.device
@@ -188,13 +189,12 @@ class Engine:
 
             d = dict(config)
             config = AutoConfig.for_model(d.pop("model_type"), **d)
-        spec = ModelSpec.from_hf_config(config)
+        spec = ModelSpec.from_hf_config(config, strict=True)
         device = _default_device(device)
         dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
         backend = w4a16_backend or default_w4a16_backend(device)
-        qkv_bias = config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
         with torch.no_grad():
-            w = random_weights(spec, dtype, device, qkv_bias, w4a16, backend, group_size, quantize_lm_head, seed,
+            w = random_weights(spec, dtype, device, spec.qkv_bias, w4a16, backend, group_size, quantize_lm_head, seed,
                                std=float(getattr(config, "initializer_range", 0.02)))
         return cls(spec, w, config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype)
 
@@ -456,7 +456,10 @@ class Engine:
 
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes per cached token, all layers (scales of an INT8 cache included)."""
-        return self.spec.kv_bytes_per_token(self.dtype) if self.kvq is None else self.kvq.bytes_per_token
+        if self.kvq is not None:
+            return self.kvq.bytes_per_token
+        s = self.spec
+        return kv_bytes_per_token(s.n_layers, s.n_kv_heads, s.head_dim, self.dtype.itemsize)
 
 
 class SlotRunner:
