@@ -142,6 +142,41 @@ def _generate_batch(target, chunk: list[list[int]], device, max_new_tokens: int,
     return out
 
 
+def _train_eval_ids(target, text, eval_text, tokenizer, seq_len: int,
+                    eval_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training ids ``[N]`` and held-out windows ``[eval_windows, seq_len]`` (int64) for
+    :func:`distill_draft` (its ``text``, ``eval_text`` and ``tokenizer`` arguments)."""
+    if text is None:
+        from workbench.data import load_text
+
+        text = load_text("wikitext-2", "valid")
+
+    def encode(t) -> torch.Tensor:
+        nonlocal tokenizer
+        if isinstance(t, str):
+            if tokenizer is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
+            return torch.tensor(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        return torch.as_tensor(t, dtype=torch.long).reshape(-1)
+
+    ids, n_win = encode(text), eval_windows * seq_len
+    if eval_text is not None:
+        eval_ids = encode(eval_text)
+        if len(eval_ids) < n_win or len(ids) < seq_len + 1:
+            raise ValueError(f"eval_text has {len(eval_ids)} tokens and text {len(ids)}; need at least "
+                             f"{n_win} (eval_windows * seq_len) and {seq_len + 1}")
+        train_ids, eval_ids = ids, eval_ids[:n_win].reshape(eval_windows, seq_len)
+    else:
+        n_eval = max(n_win, len(ids) // 10)
+        if len(ids) - n_eval < seq_len + 1:
+            raise ValueError(f"text has {len(ids)} tokens; need more than {n_eval + seq_len + 1} "
+                             f"(eval_windows * seq_len held out + one training window)")
+        train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][:n_win].reshape(eval_windows, seq_len)
+    return train_ids, eval_ids
+
+
 def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: int = 100, *,
                   tokenizer=None, n_layers: int = 2, seq_len: int = 64, batch_size: int = 4,
                   lr: float = 1e-3, init: str = "spread", eval_every: int = 10, eval_windows: int = 4,
@@ -173,34 +208,7 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
     """
     if steps < 0:
         raise ValueError(f"steps={steps} must be >= 0")
-    if text is None:
-        from workbench.data import load_text
-
-        text = load_text("wikitext-2", "valid")
-
-    def encode(t) -> torch.Tensor:
-        nonlocal tokenizer
-        if isinstance(t, str):
-            if tokenizer is None:
-                from transformers import AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
-            return torch.tensor(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=torch.long)
-        return torch.as_tensor(t, dtype=torch.long).reshape(-1)
-
-    ids, n_win = encode(text), eval_windows * seq_len
-    if eval_text is not None:
-        eval_ids = encode(eval_text)
-        if len(eval_ids) < n_win or len(ids) < seq_len + 1:
-            raise ValueError(f"eval_text has {len(eval_ids)} tokens and text {len(ids)}; need at least "
-                             f"{n_win} (eval_windows * seq_len) and {seq_len + 1}")
-        train_ids, eval_ids = ids, eval_ids[:n_win].reshape(eval_windows, seq_len)
-    else:
-        n_eval = max(n_win, len(ids) // 10)
-        if len(ids) - n_eval < seq_len + 1:
-            raise ValueError(f"text has {len(ids)} tokens; need more than {n_eval + seq_len + 1} "
-                             f"(eval_windows * seq_len held out + one training window)")
-        train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][:n_win].reshape(eval_windows, seq_len)
+    train_ids, eval_ids = _train_eval_ids(target, text, eval_text, tokenizer, seq_len, eval_windows)
     gen = torch.Generator().manual_seed(seed)
     device = next(target.parameters()).device
     with _seeded(seed, device):  # the random init; the caller's RNG state is left as it was
