@@ -11,8 +11,8 @@ from workbench.arch import ModelSpec, kv_bytes_per_token
 from workbench.engine import Engine
 from workbench.engine.kv_cache import kv_bytes_per_element
 
-TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, rms_norm_eps=1e-6)
+TINY = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6}
 
 
 def test_hf_config_fields():
