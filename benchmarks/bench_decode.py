@@ -98,7 +98,7 @@ def decode_floor_ms(eng: Engine, batch: int, ctx: float, bw: float, flops_rate: 
     if flops_rate is None:
         return mem
     s = eng.spec
-    params = s.n_params()["layers"] - s.n_layers * 2 * s.hidden_size + s.vocab_size * s.hidden_size
+    params = s.block_matmul_params + s.vocab * s.hidden
     return max(mem, 2 * params * batch / flops_rate * 1e3)
 
 
@@ -132,8 +132,8 @@ def prefill_floor_ms(eng: Engine, t: int, floors: dict) -> dict:
     """Compute floor: 2 * (block matmul params) * t + causal attention 2 * 2 * L * H * D * t^2 / 2, plus
     lm_head for one token, over the measured matmul rate; memory floor: weight bytes / bandwidth."""
     s = eng.spec
-    block = s.n_params()["layers"] - s.n_layers * 2 * s.hidden_size
-    flops = 2 * block * t + 2 * s.n_layers * s.n_heads * s.head_dim * t * t + 2 * s.vocab_size * s.hidden_size
+    block = s.block_matmul_params
+    flops = 2 * block * t + 2 * s.n_layers * s.n_heads * s.head_dim * t * t + 2 * s.vocab * s.hidden
     return {"flops": flops, "compute_floor_ms": flops / floors["matmul_flops"] * 1e3,
             "memory_floor_ms": eng.weight_bytes() / floors["bw_Bps"] * 1e3}
 

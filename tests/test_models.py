@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import workbench.models.load as load_mod
+from workbench.arch import MODEL_PRESETS
 from workbench.models import (
     PROVENANCE_FILE,
     RANDOM_CONFIGS,
@@ -29,7 +30,6 @@ from workbench.models import (
     weights_label,
 )
 from workbench.models.provenance import attach
-from workbench.pd.roofline import MODEL_PRESETS
 from workbench.results import collect_provenance, load_results, save_results
 
 
@@ -247,3 +247,19 @@ def test_provenance_written_atomically(default_model, tmp_path):
     assert meta["torch"] == torch.__version__
     assert load_results("demo", root=tmp_path)["acc"].tolist() == [0.5]
     assert not list(tmp_path.glob(".*tmp"))  # no temp files left behind
+
+
+def test_replace_dir_is_all_or_nothing(tmp_path):
+    """A failed fill leaves the old folder as it was and no temp dir; a finished one replaces it."""
+    from workbench.models.hf import replace_dir
+
+    dest = tmp_path / "d"
+    dest.mkdir()
+    (dest / "old").write_text("1")
+    with pytest.raises(RuntimeError), replace_dir(dest) as tmp:
+        (tmp / "new").write_text("2")
+        raise RuntimeError("interrupted")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"] and [p.name for p in dest.iterdir()] == ["old"]
+    with replace_dir(dest) as tmp:
+        (tmp / "new").write_text("2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"] and [p.name for p in dest.iterdir()] == ["new"]

@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from workbench.arch import MODEL_PRESETS, ModelSpec
 from workbench.eval.fidelity import FidelityConfig
 from workbench.eval.mmlu import MMLUConfig
 from workbench.pd.hardware import PRESETS, HardwareSpec
 from workbench.pd.profile import ProfileConfig
-from workbench.pd.roofline import MODEL_PRESETS, ModelSpec
 from workbench.pd.sim import SLO, LengthDist, SimConfig, WorkloadConfig
 from workbench.quant import QuantConfig
 from workbench.spec import SpecConfig

@@ -1,7 +1,8 @@
 import torch
 from transformers import LlamaConfig
 
-from workbench.quant import QuantLinear, footprint, kv_bytes_per_token
+from workbench.arch import ModelSpec, kv_bytes_per_token
+from workbench.quant import QuantLinear, footprint
 
 
 class Toy(torch.nn.Module):
@@ -32,8 +33,9 @@ def test_footprint_counts_bytes_by_hand():
 def test_kv_bytes_per_token_formula():
     # SmolLM2-135M: 30 layers, 3 KV heads of 64 dims; K and V in float32 -> 2*30*3*64*4 = 46080
     cfg = LlamaConfig(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3)
-    assert kv_bytes_per_token(cfg, 4) == 46080
-    assert kv_bytes_per_token(cfg, 2) == 23040
+    s = ModelSpec.from_hf_config(cfg, bytes_per_kv=4.0)
+    assert kv_bytes_per_token(s.n_layers, s.n_kv_heads, s.head_dim, 4) == 46080 == s.kv_bytes_per_token
+    assert kv_bytes_per_token(s.n_layers, s.n_kv_heads, s.head_dim, 2) == 23040
 
 
 def test_footprint_of_quantized_model_shrinks(tiny):

@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -39,6 +38,7 @@ from functools import cached_property
 from pathlib import Path
 
 from workbench.models import cache_dir, sha256_file
+from workbench.models.hf import replace_dir
 
 __all__ = ["KEEP", "VLLM_VERSION", "WHEEL_SHA256", "VllmSource", "VllmSourceUnavailable"]
 
@@ -96,18 +96,10 @@ def _install(archive: Path, dest: Path, sha256: str | None = None) -> None:
     digest = sha256_file(archive)
     if sha256 and digest != sha256:
         raise VllmSourceUnavailable(f"{archive.name}: sha256 {digest} is not the pinned {sha256}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".tmp-"))
-    try:
+    with replace_dir(dest) as tmp:
         _extract(archive, tmp)
         (tmp / "SOURCE.json").write_text(json.dumps({"file": archive.name, "sha256": digest}))
         tmp.chmod(0o755)
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.arch import ModelSpec
 from workbench.engine.kv_cache import kv_bytes_per_element
-from workbench.pd.roofline import ModelSpec
 from workbench.spec.theory import speedup
 
 __all__ = ["PUBLISHED_VOCAB", "collect_evidence", "kv_evidence", "memory_arithmetic", "quant_evidence",

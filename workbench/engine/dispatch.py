@@ -142,7 +142,7 @@ def _tune_one_row(engine, gemv) -> None:
     weights and the multi-row kernels use their default configurations unless ``workbench.kernels.rows.tune``
     ran for the call."""
     s, lw, dev, dt = engine.spec, engine.w.layers[0], engine.device, engine.dtype
-    hid = torch.randn(1, s.hidden_size, device=dev, dtype=dt)
+    hid = torch.randn(1, s.hidden, device=dev, dtype=dt)
     with torch.no_grad():
         if isinstance(lw.wqkv, Dense):
             scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column
@@ -154,6 +154,6 @@ def _tune_one_row(engine, gemv) -> None:
         if isinstance(lw.wgu, Dense):
             gemv.tune(hid, lw.wgu.w, "rmsnorm", lw.ln2, s.rms_eps)
         if isinstance(lw.wd, Dense):
-            gemv.tune(torch.randn(1, 2 * s.intermediate_size, device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
+            gemv.tune(torch.randn(1, 2 * s.intermediate, device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
         if isinstance(engine.w.lm_head, Dense):
             gemv.tune(hid, engine.w.lm_head.w, "rmsnorm", engine.w.norm, s.rms_eps)

@@ -29,15 +29,14 @@ Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row'
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 
+from workbench.arch import ModelSpec, kv_bytes_per_token
 from workbench.engine import dispatch
+from workbench.engine.forward import forward
 from workbench.engine.kv_cache import make_kv_cache, resolve_kv_dtype
 from workbench.engine.ops import get_ops
-from workbench.engine.spec import ModelSpec, rope_tables, round_up
+from workbench.engine.rope import rope_tables, round_up
 from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
 
 
@@ -96,7 +95,7 @@ class Engine:
             if hasattr(m, "warmup"):
                 m.warmup(max_batch)
         self.config = hf_config  # the HF config (RoPE parameters); engines may share weights
-        self.vocab_size = spec.vocab_size
+        self.vocab_size = spec.vocab
         self.max_batch, self.max_seq = max_batch, max_seq
         self.scratch = max_seq
         self.s_cache = round_up(max_seq + 1, 16)
@@ -165,7 +164,7 @@ class Engine:
         to ``min(max_position_embeddings, 2048)``. ``kv_dtype``: KV-cache storage (see
         :mod:`workbench.engine.kv_cache`). Raises ValueError for unsupported architectures.
         """
-        spec = ModelSpec.from_hf_config(model.config)
+        spec = ModelSpec.from_hf_config(model.config, strict=True)
         p = next(model.parameters())
         dtype = dtype or p.dtype
         device = torch.device(device) if device is not None else p.device
@@ -189,13 +188,12 @@ class Engine:
 
             d = dict(config)
             config = AutoConfig.for_model(d.pop("model_type"), **d)
-        spec = ModelSpec.from_hf_config(config)
+        spec = ModelSpec.from_hf_config(config, strict=True)
         device = _default_device(device)
         dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
         backend = w4a16_backend or default_w4a16_backend(device)
-        qkv_bias = config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
         with torch.no_grad():
-            w = random_weights(spec, dtype, device, qkv_bias, w4a16, backend, group_size, quantize_lm_head, seed,
+            w = random_weights(spec, dtype, device, spec.qkv_bias, w4a16, backend, group_size, quantize_lm_head, seed,
                                std=float(getattr(config, "initializer_range", 0.02)))
         return cls(spec, w, config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype)
 
@@ -336,79 +334,8 @@ class Engine:
         return hit
 
     def _forward(self, slots, tokens, n_valid, prefix: bool, last: bool, kv_len: int | None = None) -> torch.Tensor:
-        """One step; ``kv_len`` (eager only) limits attention to cache columns ``[0, kv_len)``, which
-        must cover every valid position (padded rows then see arbitrary but finite values)."""
-        s, ops = self.spec, self.ops
-        b, t = tokens.shape
-        n = b * t
-        g, kvh, d = s.group, s.n_kv_heads, s.head_dim
-        ar = torch.arange(t, device=self.device)
-        pos = self._len_dev.index_select(0, slots).unsqueeze(1) + ar  # [B, T]
-        wpos = torch.where(ar.unsqueeze(0) < n_valid.unsqueeze(1), pos, self.scratch).clamp_(max=self.scratch)
-        kv_len = kv_len or self.s_cache
-        decode_attn = self.decode_attention if t <= self.graph_max_t else None
-        if decode_attn is not None:
-            # query t of row b sees keys s <= qpos[b, t]; padded queries act as the row's last valid
-            # one (position 0 if the row is empty), so the kernel reads only columns < len + n_valid
-            last_pos = (self._len_dev.index_select(0, slots) + n_valid - 1).clamp_(min=0)
-            qpos = torch.minimum(pos, last_pos.unsqueeze(1)).to(torch.int32)  # [B, T]
-        else:
-            mask = self._key_pos[:kv_len].view(1, 1, -1) <= wpos.unsqueeze(-1)  # [B, T, kv_len]
-            mask = mask.unsqueeze(1).repeat(1, 1, g, 1)  # [B, 1, G*T, S_cache], row g*T + t
-            # additive float mask built once per step (SDPA would convert a bool mask in every layer)
-            mask = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(~mask, float("-inf"))
-        wpos_f = wpos.reshape(-1)
-        x = self.w.embed.index_select(0, tokens.reshape(-1))  # [N, hidden]
-        residual = None
-        scale = 1.0 / math.sqrt(d)
-        # steps of few rows on CUDA: RMSNorm, SwiGLU and the residual adds run inside the matmuls
-        # (workbench.engine.dispatch), and x carries the residual stream itself
-        fz = self.fused if self.fused is not None and self.fused.min_rows <= n <= self.fused.max_rows else None
-        eps, kvq = s.rms_eps, self.kvq
-        for li, lw in enumerate(self.w.layers):
-            kc, vc = self.k_cache[li], self.v_cache[li]
-            if fz is not None:  # RMSNorm, qkv, bias, RoPE and the KV-cache write (one launch for one row)
-                q = fz.qkv_rope(lw.wqkv, x, lw.ln1, eps, lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
-                                s.n_heads, kvh)  # [B, KV, G*T, D]
-            else:
-                h, residual = ops.add_rmsnorm(x, residual, lw.ln1, eps)
-                if kvq is None:
-                    q = ops.qkv_rope_cache(lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t, kc, vc,
-                                           s.n_heads, kvh)  # [B, KV, G*T, D]
-                else:  # other KV-cache format: torch RoPE, quantizing write (kv_cache.py)
-                    q = kvq.qkv_rope_write(li, lw.wqkv(h), lw.bqkv, self.cos, self.sin, wpos_f, slots, t,
-                                           s.n_heads, kvh)
-            if decode_attn is not None:
-                o = decode_attn(q, kc, vc, slots, qpos, scale)  # [B, KV, G*T, D]
-            else:
-                if kvq is not None:  # dequantized keys and values [B, KV, kv_len, D]
-                    kk, vv = kvq.read(li, slots, kv_len, prefix)
-                elif prefix:
-                    kk, vv = kc[:b, :, :kv_len], vc[:b, :, :kv_len]
-                else:
-                    kk, vv = kc[:, :, :kv_len].index_select(0, slots), vc[:, :, :kv_len].index_select(0, slots)
-                o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=scale)
-            o = o.view(b, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(n, s.n_heads * d)
-            if fz is not None:
-                x = fz.linear(lw.wo, o, residual=x)
-                x = fz.linear(lw.wd, fz.linear(lw.wgu, x, "rmsnorm", lw.ln2, eps), "swiglu", residual=x)
-                continue
-            x = lw.wo(o)
-            if lw.bo is not None:
-                x = x + lw.bo
-            h, residual = ops.add_rmsnorm(x, residual, lw.ln2, eps)
-            x = lw.wd(ops.silu_mul(lw.wgu(h)))
-        if last and t > 1:
-            idx = torch.arange(b, device=self.device) * t + (n_valid - 1).clamp_(min=0)
-            x = x.index_select(0, idx)
-            residual = None if fz is not None else residual.index_select(0, idx)
-        if fz is not None:
-            out = fz.linear(self.w.lm_head, x, "rmsnorm", self.w.norm, eps).float()
-        else:
-            h, _ = ops.add_rmsnorm(x, residual, self.w.norm, eps)
-            out = self.w.lm_head(h).float()
-        self._len_dev.index_add_(0, slots, n_valid)
-        return out if last else out.view(b, t, -1)
+        """One step (:func:`workbench.engine.forward.forward`)."""
+        return forward(self, slots, tokens, n_valid, prefix, last, kv_len)
 
     def _replay(self, key, slots_d, tok_d, nv_d) -> torch.Tensor:
         entry = self._graphs.get(key)
@@ -457,7 +384,10 @@ class Engine:
 
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes per cached token, all layers (scales of an INT8 cache included)."""
-        return self.spec.kv_bytes_per_token(self.dtype) if self.kvq is None else self.kvq.bytes_per_token
+        if self.kvq is not None:
+            return self.kvq.bytes_per_token
+        s = self.spec
+        return kv_bytes_per_token(s.n_layers, s.n_kv_heads, s.head_dim, self.dtype.itemsize)
 
 
 class SlotRunner:

@@ -10,7 +10,8 @@ class HFRunner:
 
     The KV cache is a ``transformers.DynamicCache``; rollback uses ``DynamicCache.crop``. Logits are
     returned as float32 ``[T, vocab]``. This is the correctness reference the fast engine is tested
-    against; its GPU timings are dominated by host overhead (see issue 6).
+    against; its GPU timings are dominated by host overhead (one Python dispatch per op and a growing
+    cache), so timings go through :class:`workbench.engine.Engine`.
     """
 
     def __init__(self, model: torch.nn.Module):

@@ -31,6 +31,7 @@ import difflib
 
 import torch
 
+from workbench.arch import kv_bytes_per_token
 from workbench.engine.ops import qkv_rope
 
 __all__ = ["FLOAT_KV_DTYPES", "KV_DTYPES", "QUANT_KV_DTYPES", "QuantizedKVCache", "dequantize_fp8",
@@ -137,8 +138,8 @@ class QuantizedKVCache:
     @property
     def bytes_per_token(self) -> float:
         """Stored bytes per cached token over all layers, keys and values, scales included."""
-        return 2 * self.n_layers * self.n_kv * self.head_dim * kv_bytes_per_element(
-            self.kv_dtype, self.head_dim, self.compute_dtype)
+        return kv_bytes_per_token(self.n_layers, self.n_kv, self.head_dim,
+                                  kv_bytes_per_element(self.kv_dtype, self.head_dim, self.compute_dtype))
 
     def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.kv_dtype == "int8":

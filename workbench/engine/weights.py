@@ -239,7 +239,7 @@ def random_weights(spec, dtype, device, qkv_bias=False, w4a16=False, backend="de
     and biases N(0, std) so every term is exercised. With ``w4a16`` each block matmul is RTN-quantized
     as soon as it is drawn, so peak memory stays near the quantized size."""
     g = torch.Generator(device=device).manual_seed(seed)
-    h, d, inter = spec.hidden_size, spec.head_dim, spec.intermediate_size
+    h, d, inter = spec.hidden, spec.head_dim, spec.intermediate
 
     def rnd(*shape, scale=std):
         return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).mul_(scale).to(dtype)
@@ -256,7 +256,7 @@ def random_weights(spec, dtype, device, qkv_bias=False, w4a16=False, backend="de
         layers.append(LayerWeights(ln1=norm_w(), wqkv=lin(nq, h), bqkv=rnd(nq) if qkv_bias else None,
                                    wo=lin(h, spec.n_heads * d), bo=None, ln2=norm_w(),
                                    wgu=lin(2 * inter, h), wd=lin(h, inter)))
-    embed = rnd(spec.vocab_size, h)
-    lm_w = embed if spec.tie_embeddings else rnd(spec.vocab_size, h)
+    embed = rnd(spec.vocab, h)
+    lm_w = embed if spec.tie_embeddings else rnd(spec.vocab, h)
     lm = make_linear(lm_w, "rtn" if (w4a16 and quantize_lm_head) else None, dtype, backend, group_size)
     return ModelWeights(embed=embed, layers=layers, norm=norm_w(), lm_head=lm)

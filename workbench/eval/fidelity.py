@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
+from workbench import divergence
 from workbench.models import require_trained
 from workbench.validate import check_field_types
 
@@ -50,13 +50,12 @@ def token_metrics(logits_p: torch.Tensor, logits_q: torch.Tensor,
     """Per-token metrics for reference logits ``logits_p`` and candidate ``logits_q`` ``[..., vocab]``.
 
     Returns float32 tensors of shape ``[...]``: ``kl`` (nats), ``top1`` (1.0 when the argmaxes agree),
-    ``cosine``; and, when ``targets`` ``[...]`` (int64 next tokens) is given, ``nll_p`` and ``nll_q``.
+    ``cosine`` (all from :mod:`workbench.divergence`); and, when ``targets`` ``[...]`` (int64 next tokens) is given, ``nll_p`` and ``nll_q``.
     """
-    lp = F.log_softmax(logits_p.float(), dim=-1)
-    lq = F.log_softmax(logits_q.float(), dim=-1)
-    out = {"kl": (lp.exp() * (lp - lq)).sum(-1).clamp(min=0),
-           "top1": (logits_p.argmax(-1) == logits_q.argmax(-1)).float(),
-           "cosine": F.cosine_similarity(logits_p.float(), logits_q.float(), dim=-1)}
+    lp, lq = divergence.log_probs(logits_p), divergence.log_probs(logits_q)
+    out = {"kl": divergence.kl(lp, lq).clamp(min=0),
+           "top1": divergence.top1_agreement(logits_p, logits_q),
+           "cosine": divergence.logit_cosine(logits_p, logits_q)}
     if targets is not None:
         t = targets.unsqueeze(-1)
         out["nll_p"] = -lp.gather(-1, t).squeeze(-1)

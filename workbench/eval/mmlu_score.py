@@ -29,6 +29,8 @@ import copy
 import numpy as np
 import torch
 
+from workbench.arch import ModelSpec, kv_bytes_per_token
+
 __all__ = ["score", "score_engine", "score_hf"]
 
 HF_BATCH = 8  # questions per HF forward when batch_size is None
@@ -256,10 +258,8 @@ def _longest(req) -> int:
 
 
 def _engine_supports(model) -> bool:
-    from workbench.engine.spec import ModelSpec
-
     try:
-        ModelSpec.from_hf_config(model.config)
+        ModelSpec.from_hf_config(model.config, strict=True)
     except (ValueError, AttributeError):
         return False
     return hasattr(getattr(model, "model", None), "layers") and hasattr(model, "lm_head")
@@ -271,7 +271,7 @@ def build_engine(model, req, batch_size: int, kv_budget: int | None = None):
     subject) as ``kv_budget`` bytes of KV cache allow (default: half the free device memory left
     after the engine's weight copy on CUDA, 2 GiB on CPU)."""
     from workbench.engine import Engine
-    from workbench.engine.spec import ModelSpec, round_up
+    from workbench.engine.rope import round_up
 
     p = next(model.parameters())
     longest = _longest(req)
@@ -282,7 +282,9 @@ def build_engine(model, req, batch_size: int, kv_budget: int | None = None):
             kv_budget = max(0, (free - weights) // 2)
         else:
             kv_budget = 2 << 30
-    per_slot = round_up(longest + 1, 16) * ModelSpec.from_hf_config(model.config).kv_bytes_per_token(p.dtype)
+    spec = ModelSpec.from_hf_config(model.config, strict=True)
+    per_slot = round_up(longest + 1, 16) * kv_bytes_per_token(spec.n_layers, spec.n_kv_heads, spec.head_dim,
+                                                              p.dtype.itemsize)
     fit = max(2, kv_budget // per_slot)
     rows = max(1, min(batch_size, len(req), fit - 1))
     n_subj = len(set(req.subject_idx.tolist())) if any(req.prefix_ids) else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -102,18 +103,27 @@ def gguf_model(path: Path, dtype: torch.dtype, device: torch.device):
     return model.to(dtype=dtype, device=device)
 
 
-def save_folder(model, tok, target: Path, prov: dict) -> None:
-    """Write an HF folder with ``PROVENANCE_FILE`` atomically: into a temp dir beside ``target``,
-    then rename (an interrupted save leaves no half-written cache)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+@contextlib.contextmanager
+def replace_dir(dest: Path):
+    """Fill a folder atomically: yields a fresh temp dir beside ``dest`` (same file system); when the
+    block ends without error it replaces ``dest`` (an old one is removed) by a rename, and on any error
+    it is removed, so ``dest`` is never half-written."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".tmp-"))
     try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def save_folder(model, tok, target: Path, prov: dict) -> None:
+    """Write an HF folder with ``PROVENANCE_FILE`` atomically: into a temp dir beside ``target``,
+    then rename (an interrupted save leaves no half-written cache)."""
+    with replace_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2))

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from workbench.arch import ModelSpec
 from workbench.pd.hardware import HardwareSpec
-from workbench.pd.roofline import ModelSpec
 
 __all__ = ["CostModel", "PoolCosts", "speculative_decode_cost"]
 

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.arch import ModelSpec
 from workbench.pd.hardware import HardwareSpec
-from workbench.pd.roofline import ModelSpec
 from workbench.validate import check_field_types
 
 __all__ = ["ProfileConfig", "drift_check", "extend", "make_runner", "run_profile", "with_floors"]

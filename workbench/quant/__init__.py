@@ -6,7 +6,7 @@ measures memory, fidelity, MMLU and speed per config, resumably.
 """
 
 from .config import GRIDS, PRESETS, QuantConfig, quant_grid
-from .footprint import footprint, kv_bytes_per_token
+from .footprint import footprint
 from .qlinear import QuantLinear
 from .quantize import quantizable_linears, quantize
 from .runtime import convert_for_runtime, runtime_summary
@@ -25,7 +25,6 @@ __all__ = [
            "convert_for_runtime",
            "demo_defaults",
            "footprint",
-           "kv_bytes_per_token",
            "measure_speed",
            "quant_grid",
            "quantizable_linears",

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 import torch
 
+from workbench.arch import ModelSpec, kv_bytes_per_token
+
 from .qlinear import QuantLinear
 
-__all__ = ["footprint", "kv_bytes_per_token"]
+__all__ = ["footprint"]
 
 
-def kv_bytes_per_token(config, dtype_bytes: int | None = None) -> int:
-    """KV-cache bytes per token: ``2 * n_layers * n_kv_heads * head_dim * dtype_bytes`` (keys + values).
-
-    ``config``: an HF ``PretrainedConfig`` (``num_hidden_layers``, ``num_key_value_heads`` (default
-    ``num_attention_heads``), ``head_dim`` (default ``hidden_size / num_attention_heads``), ``dtype``).
-    ``dtype_bytes`` defaults to the config's dtype size (float32: 4).
-    """
-    n_layers = int(config.num_hidden_layers)
-    n_heads = int(config.num_attention_heads)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or n_heads)
-    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // n_heads)
+def _kv_bytes_per_token(config, dtype_bytes: int | None = None) -> int:
+    """:func:`workbench.arch.kv_bytes_per_token` of an HF ``config``'s shapes, at ``dtype_bytes``
+    per element (default: the config's ``dtype`` size; float32, 4, when it names none)."""
+    spec = ModelSpec.from_hf_config(config)
     if dtype_bytes is None:
         dt = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
         if isinstance(dt, str):
             dt = getattr(torch, dt.replace("torch.", ""), torch.float32)
         dtype_bytes = torch.empty(0, dtype=dt).element_size()
-    return 2 * n_layers * kv_heads * head_dim * int(dtype_bytes)
+    return kv_bytes_per_token(spec.n_layers, spec.n_kv_heads, spec.head_dim, int(dtype_bytes))
 
 
 def _key(t: torch.Tensor):
@@ -46,7 +41,7 @@ def footprint(model: torch.nn.Module, kv_dtype_bytes: int | None = None) -> dict
       rotary ``inv_freq``);
     * ``n_quant_layers``, ``n_weights_quantized`` (weights represented by codes),
       ``bits_per_weight_quantized`` (``8 * quant_bytes / n_weights_quantized``);
-    * ``kv_bytes_per_token`` (from ``model.config``, see :func:`kv_bytes_per_token`; ``None`` if the
+    * ``kv_bytes_per_token`` (from ``model.config``, see :func:`workbench.arch.kv_bytes_per_token`; ``None`` if the
       model has no config).
     """
     seen: set = set()
@@ -74,4 +69,4 @@ def footprint(model: torch.nn.Module, kv_dtype_bytes: int | None = None) -> dict
     return {"weight_bytes": quant + lin + other, "quant_bytes": quant, "linear_fp_bytes": lin,
             "other_bytes": other, "n_quant_layers": n_ql, "n_weights_quantized": n_q,
             "bits_per_weight_quantized": 8 * quant / n_q if n_q else float("nan"),
-            "kv_bytes_per_token": kv_bytes_per_token(cfg, kv_dtype_bytes) if cfg is not None else None}
+            "kv_bytes_per_token": _kv_bytes_per_token(cfg, kv_dtype_bytes) if cfg is not None else None}

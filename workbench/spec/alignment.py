@@ -12,7 +12,7 @@ generated, per token:
   1 when the argmaxes agree, else 0.
 
 KL and TV use softmax(logits / T) without top-p (T = 1 when decoding is greedy), so they stay finite
-and comparable across decoding settings.
+and comparable across decoding settings. The formulas live in :mod:`workbench.divergence`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from workbench import divergence
 from workbench.spec.sampling import probs_from_logits
 
 
@@ -34,20 +35,18 @@ def alignment_metrics(target_logits: torch.Tensor, draft_logits: torch.Tensor,
         raise ValueError(f"target logits {tuple(target_logits.shape)} and draft logits "
                          f"{tuple(draft_logits.shape)} must have the same shape [N, V]")
     t_soft = temperature if temperature > 0 else 1.0
-    logp = torch.log_softmax(target_logits.float() / t_soft, -1)  # [N, V]
-    logq = torch.log_softmax(draft_logits.float() / t_soft, -1)
-    p, q = logp.exp(), logq.exp()
-    kl_pq = (p * (logp - logq)).sum(-1)
-    kl_qp = (q * (logq - logp)).sum(-1)
-    tv = 0.5 * (p - q).abs().sum(-1)
+    logp = divergence.log_probs(target_logits, t_soft)  # [N, V]
+    logq = divergence.log_probs(draft_logits, t_soft)
+    kl_pq, kl_qp = divergence.kl(logp, logq), divergence.kl(logq, logp)  # [N]
+    tv = divergence.total_variation(logp.exp(), logq.exp())
     ps = probs_from_logits(target_logits, temperature, top_p)
     qs = probs_from_logits(draft_logits, temperature, top_p)
-    alpha_pred = torch.minimum(ps, qs).sum(-1)
+    alpha_pred = divergence.overlap(ps, qs)
     return pd.DataFrame({
         "pos": range(target_logits.shape[0]),
         "kl_pq": kl_pq.clamp_min(0).tolist(), "kl_qp": kl_qp.clamp_min(0).tolist(),
         "tv": tv.tolist(), "alpha_pred": alpha_pred.clamp(0, 1).tolist(),
-        "argmax_match": (target_logits.argmax(-1) == draft_logits.argmax(-1)).tolist(),
+        "argmax_match": divergence.top1_agreement(target_logits, draft_logits).bool().tolist(),
     })
 
 

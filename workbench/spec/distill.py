@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench import divergence
+
 
 def _draft_model(target: torch.nn.Module, draft_config, n_layers: int, init: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
@@ -70,10 +72,9 @@ def _seeded(seed: int, device: torch.device):
 
 def _kl_and_alpha(t_logits: torch.Tensor, d_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean KL(p || q) (nats, differentiable in ``d_logits``) and mean sum min(p, q) over ``[..., V]``."""
-    logp = torch.log_softmax(t_logits.float(), -1)
-    logq = torch.log_softmax(d_logits.float(), -1)
-    kl = (logp.exp() * (logp - logq)).sum(-1).mean()
-    alpha = torch.minimum(logp.exp(), logq.detach().exp()).sum(-1).mean()
+    logp, logq = divergence.log_probs(t_logits), divergence.log_probs(d_logits)
+    kl = divergence.kl(logp, logq).mean()
+    alpha = divergence.overlap(logp.exp(), logq.detach().exp()).mean()
     return kl, alpha
 
 
@@ -141,6 +142,41 @@ def _generate_batch(target, chunk: list[list[int]], device, max_new_tokens: int,
     return out
 
 
+def _train_eval_ids(target, text, eval_text, tokenizer, seq_len: int,
+                    eval_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training ids ``[N]`` and held-out windows ``[eval_windows, seq_len]`` (int64) for
+    :func:`distill_draft` (its ``text``, ``eval_text`` and ``tokenizer`` arguments)."""
+    if text is None:
+        from workbench.data import load_text
+
+        text = load_text("wikitext-2", "valid")
+
+    def encode(t) -> torch.Tensor:
+        nonlocal tokenizer
+        if isinstance(t, str):
+            if tokenizer is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
+            return torch.tensor(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        return torch.as_tensor(t, dtype=torch.long).reshape(-1)
+
+    ids, n_win = encode(text), eval_windows * seq_len
+    if eval_text is not None:
+        eval_ids = encode(eval_text)
+        if len(eval_ids) < n_win or len(ids) < seq_len + 1:
+            raise ValueError(f"eval_text has {len(eval_ids)} tokens and text {len(ids)}; need at least "
+                             f"{n_win} (eval_windows * seq_len) and {seq_len + 1}")
+        train_ids, eval_ids = ids, eval_ids[:n_win].reshape(eval_windows, seq_len)
+    else:
+        n_eval = max(n_win, len(ids) // 10)
+        if len(ids) - n_eval < seq_len + 1:
+            raise ValueError(f"text has {len(ids)} tokens; need more than {n_eval + seq_len + 1} "
+                             f"(eval_windows * seq_len held out + one training window)")
+        train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][:n_win].reshape(eval_windows, seq_len)
+    return train_ids, eval_ids
+
+
 def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: int = 100, *,
                   tokenizer=None, n_layers: int = 2, seq_len: int = 64, batch_size: int = 4,
                   lr: float = 1e-3, init: str = "spread", eval_every: int = 10, eval_windows: int = 4,
@@ -172,34 +208,7 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
     """
     if steps < 0:
         raise ValueError(f"steps={steps} must be >= 0")
-    if text is None:
-        from workbench.data import load_text
-
-        text = load_text("wikitext-2", "valid")
-
-    def encode(t) -> torch.Tensor:
-        nonlocal tokenizer
-        if isinstance(t, str):
-            if tokenizer is None:
-                from transformers import AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
-            return torch.tensor(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=torch.long)
-        return torch.as_tensor(t, dtype=torch.long).reshape(-1)
-
-    ids, n_win = encode(text), eval_windows * seq_len
-    if eval_text is not None:
-        eval_ids = encode(eval_text)
-        if len(eval_ids) < n_win or len(ids) < seq_len + 1:
-            raise ValueError(f"eval_text has {len(eval_ids)} tokens and text {len(ids)}; need at least "
-                             f"{n_win} (eval_windows * seq_len) and {seq_len + 1}")
-        train_ids, eval_ids = ids, eval_ids[:n_win].reshape(eval_windows, seq_len)
-    else:
-        n_eval = max(n_win, len(ids) // 10)
-        if len(ids) - n_eval < seq_len + 1:
-            raise ValueError(f"text has {len(ids)} tokens; need more than {n_eval + seq_len + 1} "
-                             f"(eval_windows * seq_len held out + one training window)")
-        train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:][:n_win].reshape(eval_windows, seq_len)
+    train_ids, eval_ids = _train_eval_ids(target, text, eval_text, tokenizer, seq_len, eval_windows)
     gen = torch.Generator().manual_seed(seed)
     device = next(target.parameters()).device
     with _seeded(seed, device):  # the random init; the caller's RNG state is left as it was
@@ -216,7 +225,7 @@ def distill_draft(target: torch.nn.Module, draft_config=None, text=None, steps: 
         with torch.no_grad():
             d = draft(input_ids=eval_ids).logits
             kl, alpha = _kl_and_alpha(eval_target, d)
-            match = (d.argmax(-1) == eval_target.argmax(-1)).float().mean()
+            match = divergence.top1_agreement(d, eval_target).mean()
         rows.append({"step": step, "loss": loss_val, "kl": float(kl), "alpha_pred": float(alpha),
                      "greedy_match": float(match), "elapsed_s": time.perf_counter() - t0})
         draft.train()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.arch import ModelSpec
 from workbench.pd.hardware import HardwareSpec
-from workbench.pd.roofline import ModelSpec
 from workbench.pd.sim.policies import check_policy
 from workbench.validate import check_field_types
 
