@@ -169,7 +169,7 @@ def _move_slider(page, slider_label: str):
         handle.press("ArrowLeft")
 
 
-@pytest.mark.parametrize(("notebook", "slider"), [("00_quickstart.ipynb", "shots"),
+@pytest.mark.parametrize(("notebook", "slider"), [("00_quickstart.ipynb", "run"),
                                                   ("03_pd_disaggregation.ipynb", "rate req/s")])
 def test_notebook_runs_in_a_real_browser(lab, browser, notebook, slider):
     page = browser.new_page()

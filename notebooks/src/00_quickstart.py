@@ -126,5 +126,6 @@ plot_mmlu_by_shots(summary) if many else "one shot count per formulation: WB_FUL
 # %%
 import ipywidgets as widgets
 
-run = widgets.Dropdown(options=[(f"{f} {k}-shot", (f, k)) for f, k in RUNS], value=RUNS[-1], description="run")
+run = widgets.SelectionSlider(options=[(f"{f} {k}-shot", (f, k)) for f, k in RUNS], value=RUNS[-1], description="run",
+                              continuous_update=False)
 wbn.panel(lambda run: plot_mmlu_subjects(summary, n_shot=run[1], formulation=run[0]).show(), {"run": run}, vary="run")
