@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from workbench.models import is_random
+from workbench.pd.loop import clock_for
 from workbench.pd.sim import SLO
 from workbench.stack.config import StackConfig
 from workbench.stack.engines import is_config
@@ -37,9 +38,9 @@ __all__ = ["StackResult", "default_clock", "run_stack"]
 
 
 def default_clock(device):
-    """``time.process_time`` on a CPU (this process's CPU time: with one torch thread, the step's
-    compute, robust to other jobs on a shared machine), ``time.perf_counter`` on a GPU."""
-    return time.process_time if str(device).startswith("cpu") else time.perf_counter
+    """The clock of :func:`workbench.pd.loop.clock_for`: this process's CPU time on a CPU (with one torch
+    thread, the step's compute, robust to other jobs on a shared machine), wall time on a GPU."""
+    return clock_for(device)[0]
 
 
 @dataclass
