@@ -134,6 +134,8 @@ def run(a, rec: Recorder) -> dict:
     out.update(compute_floor(model, test, dev, tok, a.n_shot, a.formulation))
     out["total_over_floor"] = total / out["floor_s"]
     rec.put("mmlu_engine", out)
+    if a.profile:
+        rec.put("mmlu_profile", profile_scorer(model, tok, test, dev, kw, a.profile))
     if a.lm_eval_per_subject >= 0:
         in_shard = test
         if a.shard is not None:
@@ -149,6 +151,32 @@ def run(a, rec: Recorder) -> dict:
         rec.put("mmlu_rows", {"engine_preds": preds.tolist(), **rows})
     rec.put("mmlu", out)
     return out
+
+
+def profile_scorer(model, tok, test, dev, kw: dict, n_subjects: int, top: int = 20) -> dict:
+    """Where the scorer's time goes: ``run_mmlu`` on the first ``n_subjects`` subjects under torch.profiler
+    (CUDA activity), kernels grouped by name: ``{"wall_s", "device_s", "kernels": [{"kernel", "ms", "calls",
+    "share"}]}``, largest first (``top`` of them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    keep = sorted(test["subject"].unique())[:n_subjects]
+    sub = test[test.subject.isin(keep)]
+    sync()
+    t0 = time.perf_counter()
+    cuda = torch.cuda.is_available()
+    attr = "self_device_time_total" if cuda else "self_cpu_time_total"  # CPU: operator times (a smoke run)
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        run_mmlu(model, tok, sub, dev, **kw)
+        sync()
+    wall = time.perf_counter() - t0
+    ev = [e for e in prof.key_averages() if getattr(e, attr) > 0]
+    total = sum(getattr(e, attr) for e in ev) or 1.0
+    ev.sort(key=lambda e: -getattr(e, attr))
+    rows = [{"kernel": e.key[:120], "ms": getattr(e, attr) / 1e3, "calls": e.count, "share": getattr(e, attr) / total}
+            for e in ev[:top]]
+    for r in rows:
+        print(f"{r['ms']:10.1f} ms {r['share']:6.1%} {r['calls']:7d}  {r['kernel']}")
+    return {"subjects": keep, "n_questions": len(sub), "wall_s": wall, "device_s": total / 1e6, "kernels": rows}
 
 
 def check_cpu_gpu(a, rec: Recorder) -> int:
@@ -233,6 +261,7 @@ def _args(argv=None):
     p.add_argument("--subset-only", action="store_true", help="time only the lm-eval subset")
     p.add_argument("--check-cpu-gpu", action="store_true", help="built-in model, float32: CUDA engine vs CPU HF")
     p.add_argument("--per-subject", type=int, default=3, help="--check-cpu-gpu questions per subject (0 = all)")
+    p.add_argument("--profile", type=int, default=0, help="after timing, profile the scorer on N subjects")
     p.add_argument("--gpu-device", default="cuda", help="--check-cpu-gpu: the engine's device (cpu: a smoke run)")
     a = p.parse_args(argv)
     a.shard = None if not a.shard else tuple(int(v) for v in a.shard.split("/"))
