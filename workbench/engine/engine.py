@@ -41,10 +41,12 @@ from workbench.engine.weights import ModelWeights, random_weights, weights_from_
 
 
 def default_w4a16_backend(device: torch.device) -> str:
-    """``"triton:rows"`` on CUDA (the Triton kernels: for steps of up to 64 token rows the tensor-core GEMM of
+    """``"triton:dequant"`` on CUDA (the Triton kernels: for steps of up to 64 token rows the tensor-core GEMM of
     :mod:`workbench.kernels.rows` where the group size is a multiple of 128, else the CUDA-core GEMV for one
-    row; more rows, i.e. prefill, in blocks of 64 through the same GEMM, or torch's tinygemm where it does not
-    apply, see :mod:`workbench.engine.int4`), ``"tinygemm"`` if triton does not import, ``"dequant"`` on CPU.
+    row; more rows, i.e. prefill, dequantize the packed weight on the device and run cuBLAS, see
+    :mod:`workbench.engine.int4`: on the H200 a 512-token Qwen2-7B prefill took 154 ms in 64-row blocks of the
+    tensor-core GEMM, ``"triton:rows"``, against 17 ms in bf16), ``"tinygemm"`` if triton does not import,
+    ``"dequant"`` on CPU.
     gemlite (``"triton:gemlite"``) is opt-in: it returned NaN in one engine configuration on the H200 (cause
     not established, ``benchmarks/RESULTS.md``)."""
     if device.type != "cuda":
@@ -53,7 +55,7 @@ def default_w4a16_backend(device: torch.device) -> str:
         import triton  # noqa: F401
     except ImportError:
         return "tinygemm"
-    return "triton:rows"
+    return "triton:dequant"
 
 
 def _decode_attention_kernel(device: torch.device, head_dim: int):
@@ -230,11 +232,11 @@ class Engine:
             raise ValueError(f"length {length} > cached length {int(self._len_host[src])} of slot {src}")
         if len(dst) == 0:
             return
-        idx = dst.to(self.device)
+        idx = self._to_dev(dst)
         for cache in (self.k_cache, self.v_cache) if self.kvq is None else self.kvq.tensors():
             cache[:, idx, :, :length] = cache[:, src: src + 1, :, :length]
         self._len_host[dst] = length
-        self._len_dev[idx] = length
+        self._len_dev.index_fill_(0, idx, length)  # not `[idx] = length`: index_put copies the scalar and syncs
 
     def read_slot_kv(self, slot: int, length: int) -> torch.Tensor:
         """A copy of slot ``slot``'s first ``length`` cached positions, every layer, keys then values:
@@ -330,7 +332,8 @@ class Engine:
         if hit is None:
             if len(self._dev_cache) > 4096:
                 self._dev_cache.clear()
-            hit = self._dev_cache[key] = x.to(self.device)
+            # pinned + non-blocking: a pageable copy waits for the whole queue (torch syncs the stream after it)
+            hit = self._dev_cache[key] = x.pin_memory().to(self.device, non_blocking=True)
         return hit
 
     def _forward(self, slots, tokens, n_valid, prefix: bool, last: bool, kv_len: int | None = None) -> torch.Tensor:

@@ -26,6 +26,12 @@ Backends for ``y = x @ w_hat.T``:
   shape on first use outside graph capture, or up front with :meth:`Int4Linear.warmup`).
 * ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
   (``"tinygemm"``, ``"gemlite"``, ``"dequant"`` or ``"rows"``) for more rows (prefill).
+* ``"triton:dequant"`` (the CUDA default) -- more rows than the small kernel takes (prefill) dequantize the
+  packed weight on the device (:func:`workbench.kernels.int4_dequant.dequantize_packed`, one pass over it) and
+  run a dense ``F.linear`` (cuBLAS): a prefill step is bound by compute, and this runs it at the dense rate plus
+  one pass over the weight (about 19 GB for a 7B model). On the H200 the stacked study measured a 512-token
+  Qwen2-7B prefill at 154 ms through ``"triton:rows"`` against 17 ms for bf16 (``benchmarks/results/
+  h200_2026-12-01b/stack/``).
 * ``"triton:rows"`` -- more rows than ``ROWS_MAX`` go through the same tensor-core GEMM in blocks of ``ROWS_MAX``
   rows (where it applies; tinygemm otherwise). tinygemm's time grows linearly with the rows: on the H200
   (``benchmarks/results/kernels_h200.json``, Qwen2-7B, M = 64) one layer's four matmuls take 1,058 us in
@@ -144,7 +150,7 @@ class Int4Linear:
         self.small, self.large = small, large
         self.small_rows = SMALL_M  # rows the small kernel takes
         self.tc = False  # the tensor-core GEMM applies (workbench.kernels.rows)
-        if "dequant" in (small, large):
+        if "dequant" in (small, large) and small != "triton":  # "triton:dequant" dequantizes from its packed words
             self.q, self.scales, self.zeros = q, scales, zeros
         if backend == "dequant":
             return
@@ -249,6 +255,10 @@ class Int4Linear:
                               self.int_zero)
         if kernel == "rows":  # blocks of ROWS_MAX rows through the tensor-core GEMM (rows are independent)
             return torch.cat([self.fused(x[i:i + ROWS_MAX]) for i in range(0, x.shape[0], ROWS_MAX)])
+        if kernel == "dequant" and self.small == "triton":  # the dense copy lives for this matmul only
+            from workbench.kernels.int4_dequant import dequantize_packed
+
+            return F.linear(x, dequantize_packed(self.qw, self.s_t, self.z_t, self.group_size, x.dtype))
         if kernel == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         if kernel == "tinygemm":

@@ -8,7 +8,7 @@ input scale), and this builds :class:`workbench.engine.Engine` from their codes.
 How the engine picks a matmul per weight (:mod:`workbench.engine.runtime`; the labels say which):
 
 * W2-W4: ``Int4Linear`` with the engine's W4A16 backend (``w4a16_backend``; default
-  ``"triton:rows"`` on CUDA, ``"dequant"`` on the CPU, its weight dequantized once there
+  ``"triton:dequant"`` on CUDA, ``"dequant"`` on the CPU, its weight dequantized once there
   because no CPU INT4 matmul beats a dense one), a runtime group dividing both the
   quantization group and ``in`` (partial groups, per channel, per tensor are expanded exactly), ``in``
   padded to a multiple of 128 if the backend refuses the shape, ``"dequant"`` as the last resort;

@@ -87,7 +87,8 @@ def run_kv_window(model, window: torch.Tensor, config: KVStudyConfig, *, window_
     for s, e in _chunks(n, config.chunk, config.timed):
         tok = ids[s:e]
         nxt = torch.cat([ids[s + 1:e + 1], torch.full((max(0, e + 1 - n),), -1)])[: e - s]
-        lp = ref.runner(0).extend(tok)  # [T, V]
+        lp = ref.runner(0).extend(tok)  # [T, V] on the engine's device
+        nxt = nxt.to(lp.device)  # the window stays where the caller has it (the CPU); the metrics run on the device
         for kd, eng in engines.items():
             lq = eng.runner(0).extend(tok)
             m = token_metrics(lp, lq, nxt.clamp(min=0))
