@@ -78,17 +78,22 @@ def test_w4a16_fused_path_changes_nothing_but_the_kernels():
 
 
 @pytest.mark.slow
-def test_group_64_fuses_one_row_steps_only():
-    """A group size the tensor-core kernel does not take: one-row steps run the fused INT4 GEMV, steps of more
-    rows the unfused path (Triton GEMV for one row would be the only other INT4 kernel; dequant for more), and
-    every step matches the dequantized reference."""
+def test_group_64_fuses_one_row_steps_only(monkeypatch):
+    """A group size the tensor-core kernel does not take: one-row steps run the fused INT4 GEMV (prologues inside
+    it, and with ``dispatch.INT4_GEMV_PROLOGUES`` off as their own kernels), steps of more rows the unfused path
+    (dequant), and every step matches the dequantized reference."""
+    from workbench.engine import dispatch
+
     m = _model()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3)).to(DEV)
     kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "w4a16": "rtn", "group_size": 64}
     e = Engine.from_hf(m, w4a16_backend="triton:dequant", **kw)
     assert e.set_fused_gemv(True) is True and (e.fused.min_rows, e.fused.max_rows) == (1, 1)
-    ref = Engine.from_hf(m, w4a16_backend="dequant", **kw)
-    torch.testing.assert_close(_steps(e, ids), _steps(ref, ids), atol=2e-5, rtol=1e-4)
+    ref = _steps(Engine.from_hf(m, w4a16_backend="dequant", **kw), ids)
+    torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
+    monkeypatch.setattr(dispatch, "INT4_GEMV_PROLOGUES", {"rmsnorm": False, "swiglu": False})
+    assert e.set_fused_gemv(True) is True and not any(e.fused.int4_gemv_prologues.values())
+    torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
 
 
 def _greedy(e, prompt, n):

@@ -412,8 +412,8 @@ def gemv_fused(x, qw, s, z, group: int, n: int, prologue: str = "none", norm_wei
     Args: ``x`` ``[1, K]`` (``[1, 2K]`` for "swiglu"), bf16/fp16/fp32; ``qw``, ``s``, ``z``, ``group``, ``n``,
     ``cfg``, ``int_zero`` as :func:`gemv`; ``norm_weight`` ``[K]`` ("rmsnorm"); ``residual`` ``[1, n]`` or None;
     ``rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)`` as
-    :func:`~workbench.kernels.gemv.gemv_qkv_rope` (prologue "rmsnorm", no residual; ``BLOCK_N`` is cut to a
-    power of two dividing ``head_dim``). Returns ``[1, n]`` in x's dtype, or q ``[1, KV, G, D]`` with ``rope``.
+    :func:`~workbench.kernels.gemv.gemv_qkv_rope` (prologue "rmsnorm", or "none" for an input normalized
+    already; no residual; ``BLOCK_N`` is cut to a power of two dividing ``head_dim``). Returns ``[1, n]`` in x's dtype, or q ``[1, KV, G, D]`` with ``rope``.
     Raises ``ValueError`` on shapes or arguments it does not take."""
     if prologue not in PROLOGUES:
         raise ValueError(f"prologue={prologue!r}: choose one of {sorted(PROLOGUES)}")
@@ -430,8 +430,8 @@ def gemv_fused(x, qw, s, z, group: int, n: int, prologue: str = "none", norm_wei
     out = None
     if rope is not None:
         d, n_heads, n_kv = rope[5].shape[-1], rope[7], rope[8]
-        if prologue != "rmsnorm" or n != (n_heads + 2 * n_kv) * d or n_kv < 1 or n_heads % n_kv or d % 4:
-            raise ValueError(f"rope: want prologue 'rmsnorm', n = (n_heads + 2 * n_kv) * head_dim = "
+        if prologue == "swiglu" or n != (n_heads + 2 * n_kv) * d or n_kv < 1 or n_heads % n_kv or d % 4:
+            raise ValueError(f"rope: want prologue 'rmsnorm' or 'none', n = (n_heads + 2 * n_kv) * head_dim = "
                              f"{(n_heads + 2 * n_kv) * d} (got {n}), n_heads a multiple of n_kv, head_dim % 4 == 0")
         cfg = (min(cfg[0], d & -d), *cfg[1:])  # a program's rows lie inside one head
         out = torch.empty(1, n_kv, n_heads // n_kv, d, dtype=x.dtype, device=x.device)
