@@ -55,8 +55,8 @@ def test_fused_steps_equal_unfused(w4a16):
     assert e.set_fused_gemv(True, max_rows=64, min_rows=1) is True and e.fused.max_rows == 64
     got = _steps(e, ids)
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4)
-    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16: 2..64 rows)
-    assert (e.fused.min_rows, e.fused.max_rows) == ((2, 64) if w4a16 else (1, 1))
+    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16: 1..64 rows)
+    assert (e.fused.min_rows, e.fused.max_rows) == ((1, 64) if w4a16 else (1, 1))
     torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
 
 
@@ -78,13 +78,78 @@ def test_w4a16_fused_path_changes_nothing_but_the_kernels():
 
 
 @pytest.mark.slow
-def test_group_64_falls_back_to_the_unfused_path():
-    """A group size the tensor-core kernel does not take: the engine still runs (Triton GEMV for one row, dequant
-    for more) and matches the dequantized reference."""
+def test_group_64_fuses_one_row_steps_only(monkeypatch):
+    """A group size the tensor-core kernel does not take: one-row steps run the fused INT4 GEMV (prologues inside
+    it, and with ``dispatch.INT4_GEMV_PROLOGUES`` off as their own kernels), steps of more rows the unfused path
+    (dequant), and every step matches the dequantized reference."""
+    from workbench.engine import dispatch
+
     m = _model()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3)).to(DEV)
     kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "w4a16": "rtn", "group_size": 64}
     e = Engine.from_hf(m, w4a16_backend="triton:dequant", **kw)
-    assert e.set_fused_gemv(True) is False and e.fused is None
-    ref = Engine.from_hf(m, w4a16_backend="dequant", **kw)
-    torch.testing.assert_close(_steps(e, ids), _steps(ref, ids), atol=2e-5, rtol=1e-4)
+    assert e.set_fused_gemv(True) is True and (e.fused.min_rows, e.fused.max_rows) == (1, 1)
+    ref = _steps(Engine.from_hf(m, w4a16_backend="dequant", **kw), ids)
+    torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
+    monkeypatch.setattr(dispatch, "INT4_GEMV_PROLOGUES", {"rmsnorm": False, "swiglu": False})
+    assert e.set_fused_gemv(True) is True and not any(e.fused.int4_gemv_prologues.values())
+    torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
+
+
+def _greedy(e, prompt, n):
+    """Prefill ``prompt`` ``[1, P]`` into slot 0, then ``n`` greedy one-row steps: (tokens [n], logits [n, V])."""
+    e.reset()
+    tok = e.extend_batch([0], prompt, logits="last").argmax(-1, keepdim=True)
+    toks, logits = [], []
+    for _ in range(n):
+        toks.append(tok)
+        out = e.extend_batch([0], tok)[:, -1]
+        logits.append(out.float().cpu())
+        tok = out.argmax(-1, keepdim=True)
+    return torch.cat(toks).view(-1).cpu(), torch.cat(logits)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,group", [("llama", 64), ("qwen2", 128)])
+def test_w4a16_one_row_steps_take_the_fused_gemv(arch, group, monkeypatch):
+    """W4A16 greedy decode at batch 1 through the fused one-row path (INT4 GEMV with RMSNorm / SwiGLU prologues,
+    residual epilogue, qkv bias + RoPE + KV write) gives the unfused path's tokens, and its logits equal the
+    dequantized-weights engine's (float32: summation order only; well inside bf16 tolerance). The path is taken:
+    the engine's fused range starts at one row and every INT4 matmul of every step went through
+    ``w4a16.gemv_fused`` (on the code before it, W4A16 one-row steps ran unfused: the range assert fails)."""
+    from workbench.kernels import w4a16
+
+    over = {"num_hidden_layers": 2}
+    if arch == "qwen2":  # qkv bias (zero-initialised by HF; _model perturbs it)
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        torch.manual_seed(0)
+        m = Qwen2ForCausalLM(Qwen2Config(**{**SHAPE, **over})).eval()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(torch.randn(p.shape) * 0.05)
+        m = m.to(DEV)
+    else:
+        m = _model(**over)
+    monkeypatch.setattr(w4a16, "DEFAULT", (128, 1, 2, 4, 1))  # untuned shapes: fewer interpreter programs
+    kw = {"max_batch": 1, "max_seq": 24, "use_graphs": False, "w4a16": "rtn", "group_size": group}
+    e = Engine.from_hf(m, w4a16_backend="triton:dequant", **kw)
+    prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(4)).to(DEV)
+    assert e.set_fused_gemv(False) is False
+    tok_ref, _ = _greedy(e, prompt, 3)
+    assert e.set_fused_gemv(True) is True and e.fused.min_rows == 1
+    assert e.fused.max_rows == (64 if group % 128 == 0 else 1)
+    calls, real = [], w4a16.gemv_fused
+
+    def counted(x, qw, s, z, group, n, prologue="none", *args, **kw):
+        calls.append(prologue)
+        return real(x, qw, s, z, group, n, prologue, *args, **kw)
+    monkeypatch.setattr(w4a16, "gemv_fused", counted)
+    tok, logits = _greedy(e, prompt, 3)
+    assert len(calls) == 3 * 4 * 2  # steps x INT4 matmuls per layer x layers (lm_head bf16: gemv.gemv)
+    assert calls[:4] == ["rmsnorm", "none", "rmsnorm", "swiglu"]  # qkv, o (+ residual), gate_up, down
+    assert torch.equal(tok, tok_ref)
+    deq = Engine.from_hf(m, w4a16_backend="dequant", **kw)
+    tok_deq, logits_deq = _greedy(deq, prompt, 3)
+    assert torch.equal(tok_deq, tok)
+    torch.testing.assert_close(logits, logits_deq, atol=2e-5, rtol=1e-4)

@@ -11,21 +11,31 @@ weights                M = 1 (decode at batch 1, draft steps)       2 <= M <= 64
 bf16 / fp16 ``Dense``  :func:`workbench.kernels.gemv.gemv` (CUDA    :func:`workbench.kernels.rows.gemm`
                        cores; qkv: :func:`~workbench.kernels.gemv.  (tensor cores); qkv, then
                        gemv_qkv_rope`)                              ``ops.qkv_rope_cache``
-W4A16 ``Int4Linear``   :meth:`Int4Linear.fused` =                   :meth:`Int4Linear.fused`; qkv, then
-(``triton`` backend,   :func:`workbench.kernels.rows.gemm_int4`     ``ops.qkv_rope_cache``
-G % 128 == 0)          (qkv with the RoPE epilogue)
+W4A16 ``Int4Linear``   :meth:`Int4Linear.fused` =                   :meth:`Int4Linear.fused` =
+(``triton`` backend,   :func:`workbench.kernels.w4a16.gemv_fused`   :func:`workbench.kernels.rows.gemm_int4`
+G % 128 == 0)          (CUDA cores; qkv with the RoPE epilogue)     (tensor cores); qkv, then
+                                                                    ``ops.qkv_rope_cache``
+W4A16 ``Int4Linear``   :func:`workbench.kernels.w4a16.gemv_fused`   no fused kernel: these steps run unfused
+(``triton``, G a       (as above)                                   (``max_rows`` is 1)
+power of two >= 32,
+not a multiple of 128)
 =====================  ==========================================  ===========================================
 
 with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
 the epilogue of o and down. Steps of more rows (prefill) and models with a matmul no fused kernel takes (an o_proj
-bias, another INT4 backend) run the unfused path.
+bias, an AWQ input scale left on o / down, another INT4 backend) run the unfused path.
 
 Which rows take the fused path by default follows the H200 measurements (``benchmarks/RESULTS.md``, kernels
 section): bf16 models only ``M = 1`` (for 2..64 rows the engine's cuBLAS path measured faster than the fused
-tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qwen2-7B); W4A16 models ``2 <= M <=
-64`` with the INT4 prologues as their own kernels (:data:`INT4_PROLOGUES`), while one-row steps run the unfused
-path, whose CUDA-core INT4 GEMV is faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B / Llama-3-8B
-shape. ``Engine.set_fused_gemv(on, max_rows, min_rows)`` overrides the range.
+tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qwen2-7B); W4A16 models ``1 <= M <=
+64`` (``max_rows`` cut to 1 where a matmul has only the one-row kernel). For ``2 <= M <= 64`` the INT4 prologues
+run as their own kernels (:data:`INT4_PROLOGUES`). One-row W4A16 steps run the same CUDA-core INT4 GEMV as the
+unfused path (faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B / Llama-3-8B shape), now with
+RMSNorm / SwiGLU inside it (:data:`INT4_GEMV_PROLOGUES`), the residual add and the qkv RoPE + KV write as its
+epilogue: fewer launches per layer than the unfused path (separate add + RMSNorm, SiLU * up, RoPE / KV write);
+its speed against the unfused path is to be measured (``benchmarks/check_w4_onerow.py``).
+``Engine.set_fused_gemv(on, max_rows, min_rows)`` overrides the range (``min_rows=2``: the earlier default for
+W4A16, one-row steps unfused).
 """
 
 from __future__ import annotations
@@ -44,6 +54,11 @@ TUNE = True  # time the bf16 one-row GEMVs when an engine turns the fused path o
 # every program of the tensor-core GEMM recomputes the prologue for its K range, which costs instructions the
 # INT4 kernel is short of (benchmarks/RESULTS.md compares both); read when the fused calls are built
 INT4_PROLOGUES = {"rmsnorm": False, "swiglu": False}
+# the same switch for the one-row CUDA-core INT4 GEMV (workbench.kernels.w4a16.gemv_fused): True runs the prologue
+# inside the GEMV (each program reads its K range of x once per weight tile; RMSNorm's statistic over the row
+# once per program), False as its own kernel before it (as the unfused path does); read when the fused calls are
+# built. Which is faster is to be measured (benchmarks/check_w4_onerow.py compares both)
+INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
 
 
 class FusedMatmuls:
@@ -58,10 +73,13 @@ class FusedMatmuls:
         self.min_rows, self.max_rows = min_rows, max_rows
         self.rope_epilogue = head_dim % 64 == 0  # the tensor-core tile (>= 64 rows) must lie inside one head
         self.int4_prologues = dict(INT4_PROLOGUES)
+        self.int4_gemv_prologues = dict(INT4_GEMV_PROLOGUES)
 
-    def _int4_args(self, x, prologue, norm_weight, eps):
-        """The INT4 kernel's input and prologue: unchanged, or the prologue run first as its own kernel."""
-        if prologue == "none" or self.int4_prologues[prologue]:
+    def _int4_args(self, lin, x, prologue, norm_weight, eps):
+        """The INT4 kernel's input and prologue: unchanged, or the prologue run first as its own kernel
+        (:data:`INT4_GEMV_PROLOGUES` for a one-row GEMV call, :data:`INT4_PROLOGUES` for the tensor-core GEMM)."""
+        inside = self.int4_gemv_prologues if x.shape[0] == 1 and lin.one_row_gemv() else self.int4_prologues
+        if prologue == "none" or inside[prologue]:
             return x, prologue
         if prologue == "rmsnorm":
             return self.ops.add_rmsnorm(x, None, norm_weight, eps)[0], "none"
@@ -71,7 +89,7 @@ class FusedMatmuls:
                residual=None) -> torch.Tensor:
         """``f(x) @ W.T (+ residual)``: ``x`` ``[M, K]`` (``[M, 2K]`` for "swiglu"), ``residual`` ``[M, N]``."""
         if isinstance(lin, Int4Linear):
-            x, prologue = self._int4_args(x, prologue, norm_weight, eps)
+            x, prologue = self._int4_args(lin, x, prologue, norm_weight, eps)
             return lin.fused(x, prologue, norm_weight, eps, residual)
         if x.shape[0] == 1:
             return self.gemv.gemv(x, lin.w, prologue, norm_weight, eps, residual)
@@ -85,8 +103,8 @@ class FusedMatmuls:
         rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)
         if x.shape[0] == 1 and isinstance(lin, Dense):
             return self.gemv.gemv_qkv_rope(x, lin.w, norm_weight, eps, *rope)
-        if x.shape[0] == 1 and self.rope_epilogue:
-            x, prologue = self._int4_args(x, "rmsnorm", norm_weight, eps)
+        if x.shape[0] == 1 and (self.rope_epilogue or lin.one_row_gemv()):  # (the GEMV: any head_dim % 4 == 0)
+            x, prologue = self._int4_args(lin, x, "rmsnorm", norm_weight, eps)
             return lin.fused(x, prologue, norm_weight, eps, rope=rope)
         qkv = self.linear(lin, x, "rmsnorm", norm_weight, eps)
         return self.ops.qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_heads, n_kv)
@@ -99,9 +117,10 @@ def _max_rows(lin) -> int:
 
 
 def default_rows(weights) -> tuple[int, int]:
-    """``(min_rows, max_rows)`` of the fused path by default: ``(2, 64)`` if any matmul is W4A16, else ``(1, 1)``
-    (see the module docstring)."""
-    return (2, ROWS_MAX) if any(isinstance(m, Int4Linear) for m in weights.matmuls()) else (1, 1)
+    """``(min_rows, max_rows)`` of the fused path by default: ``(1, 64)`` if any matmul is W4A16, else ``(1, 1)``
+    (see the module docstring); :func:`build` cuts ``max_rows`` to what every matmul takes (1 for a model whose
+    INT4 weights only the one-row GEMV takes)."""
+    return (1, ROWS_MAX) if any(isinstance(m, Int4Linear) for m in weights.matmuls()) else (1, 1)
 
 
 def build(engine, max_rows: int | None = None, tune: bool | None = None,

@@ -138,11 +138,11 @@ class Engine:
 
     def set_fused_gemv(self, on: bool, max_rows: int | None = None, min_rows: int | None = None) -> bool:
         """Run steps of ``min_rows`` to ``max_rows`` token rows (default :func:`~workbench.engine.dispatch.
-        default_rows`: bf16 1..1, W4A16 2..64) through the fused kernels of :mod:`workbench.engine.dispatch`
-        (RMSNorm, SwiGLU, residual adds and, for one row, RoPE + KV write inside the matmuls) if ``on`` and the
-        model allows it. Returns whether they are now in use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph
-        capture) and drops captured graphs, which keep the old choice. On CPU they run only under
-        ``TRITON_INTERPRET=1`` (tests)."""
+        default_rows`: bf16 1..1, W4A16 1..64, or 1..1 where an INT4 weight has only the one-row kernel) through
+        the fused kernels of :mod:`workbench.engine.dispatch` (RMSNorm, SwiGLU, residual adds and, for one row,
+        RoPE + KV write inside the matmuls) if ``on`` and the model allows it. Returns whether they are now in
+        use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph capture) and drops
+        captured graphs, which keep the old choice. On CPU they run only under ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
         # (the fused qkv matmuls write a compute-dtype KV cache: none with another KV-cache format)
         self.fused = dispatch.build(self, max_rows, min_rows=min_rows) if on and self.kvq is None else None

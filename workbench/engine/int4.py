@@ -23,7 +23,9 @@ Backends for ``y = x @ w_hat.T``:
   tensor-core GEMM of :mod:`workbench.kernels.rows` for ``M <= ROWS_MAX`` (= 64) rows (decode batches,
   verify steps; it also takes the engine's fused RMSNorm / SwiGLU / residual / RoPE operations, :meth:`fused`);
   otherwise the CUDA-core GEMV of :mod:`workbench.kernels.w4a16` for ``M <= SMALL_M`` (= 1) rows (tuned per
-  shape on first use outside graph capture, or up front with :meth:`Int4Linear.warmup`).
+  shape on first use outside graph capture, or up front with :meth:`Int4Linear.warmup`). One-row calls go to
+  that GEMV wherever it takes the group size (:data:`ONE_ROW_GEMV`), and it takes the same fused operations
+  for one row (:meth:`fused`, :func:`workbench.kernels.w4a16.gemv_fused`).
 * ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
   (``"tinygemm"``, ``"gemlite"``, ``"dequant"`` or ``"rows"``) for more rows (prefill).
 * ``"triton:dequant"`` (the CUDA default) -- more rows than the small kernel takes (prefill) dequantize the
@@ -220,19 +222,46 @@ class Int4Linear:
         g = self.group_size
         return g >= 32 and not g & (g - 1)
 
+    def one_row_gemv(self) -> bool:
+        """One-row calls (plain and :meth:`fused`) run the CUDA-core GEMV of :mod:`workbench.kernels.w4a16`:
+        the ``triton`` backend, a power-of-two group >= 32, and :data:`ONE_ROW_GEMV` on (or no tensor-core GEMM
+        for this weight)."""
+        return self.small == "triton" and self._gemv_ok() and (ONE_ROW_GEMV or not self.tc)
+
     def fused_max_rows(self) -> int:
-        """Rows up to which :meth:`fused` runs (0: no fused kernel for this weight)."""
-        return ROWS_MAX if self.small == "triton" and self.tc else 0
+        """Rows up to which :meth:`fused` runs: 64 where the tensor-core GEMM applies, 1 where only the one-row
+        GEMV does, 0 where no fused kernel takes this weight."""
+        if self.small != "triton":
+            return 0
+        return ROWS_MAX if self.tc else int(self._gemv_ok())
+
+    def _gemv_cfg(self, x: torch.Tensor):
+        """The GEMV launch configuration for ``x`` ``[M, in]``: tuned for ``(out, in, M)``, else tuned now (CUDA,
+        outside graph capture), else the default."""
+        from workbench.kernels import w4a16
+
+        cfg = w4a16._BEST.get((self.out_features, self.in_features, x.shape[0]))
+        if cfg is None:
+            cfg = (w4a16.DEFAULT if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing()
+                   else self._tune(x))
+        return cfg
 
     def fused(self, x: torch.Tensor, prologue: str = "none", norm_weight=None, eps: float = 1e-6, residual=None,
               rope=None) -> torch.Tensor:
-        """``f(x) @ w_hat.T (+ residual)`` with the engine's neighbouring operations fused in
-        (:func:`workbench.kernels.rows.gemm_int4`: ``prologue`` "none" / "rmsnorm" / "swiglu", a residual, or for
-        one row the qkv bias + RoPE + KV-cache write ``rope``). ``x`` ``[M, in]`` (``[M, 2 * in]`` for
+        """``f(x) @ w_hat.T (+ residual)`` with the engine's neighbouring operations fused in: ``prologue``
+        "none" / "rmsnorm" / "swiglu", a residual, or for one row the qkv bias + RoPE + KV-cache write ``rope``.
+        One row where :meth:`one_row_gemv`: :func:`workbench.kernels.w4a16.gemv_fused` (CUDA cores); otherwise
+        :func:`workbench.kernels.rows.gemm_int4` (tensor cores). ``x`` ``[M, in]`` (``[M, 2 * in]`` for
         "swiglu"), ``M <= fused_max_rows()``. Raises ``ValueError`` where no fused kernel applies."""
-        if not self.fused_max_rows():
-            raise ValueError(f"no fused kernel for backend {self.backend!r}, group_size {self.group_size}; "
-                             "check fused_max_rows() first")
+        if x.shape[0] > self.fused_max_rows():
+            raise ValueError(f"no fused kernel for {x.shape[0]} rows (backend {self.backend!r}, group_size "
+                             f"{self.group_size}); check fused_max_rows() first")
+        if x.shape[0] == 1 and self.one_row_gemv():
+            from workbench.kernels import w4a16
+
+            cfg = self._gemv_cfg(x[:, :self.in_features])
+            return w4a16.gemv_fused(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
+                                    norm_weight, eps, residual, rope, cfg, self.int_zero)
         from workbench.kernels import rows
 
         return rows.gemm_int4(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
@@ -242,16 +271,12 @@ class Int4Linear:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         kernel = self.small if x.shape[0] <= self.small_rows else self.large
-        if kernel == "triton" and self.tc and not (x.shape[0] == 1 and ONE_ROW_GEMV and self._gemv_ok()):
+        if kernel == "triton" and self.tc and not (x.shape[0] == 1 and self.one_row_gemv()):
             return self.fused(x)
         if kernel == "triton":
             from workbench.kernels import w4a16
 
-            cfg = w4a16._BEST.get((self.out_features, self.in_features, x.shape[0]))
-            if cfg is None:
-                cfg = (w4a16.DEFAULT if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing()
-                       else self._tune(x))
-            return w4a16.gemv(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, cfg,
+            return w4a16.gemv(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, self._gemv_cfg(x),
                               self.int_zero)
         if kernel == "rows":  # blocks of ROWS_MAX rows through the tensor-core GEMM (rows are independent)
             return torch.cat([self.fused(x[i:i + ROWS_MAX]) for i in range(0, x.shape[0], ROWS_MAX)])

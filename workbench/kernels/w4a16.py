@@ -37,7 +37,9 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from workbench.kernels.common import split_k_locks, use_pdl
+from workbench.kernels.common import rope_args, rope_rows, split_k_locks, store_row, use_pdl
+from workbench.kernels.gemv import reference as _bf16_reference
+from workbench.kernels.int4_layout import unpack_int4_gemv
 from workbench.kernels.timing import fastest_config
 
 
@@ -86,6 +88,42 @@ def _x8(xb, xm, WB: tl.constexpr, SHUFFLED: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _ldr(ptr, mask, EVEN_K: tl.constexpr):
+    if EVEN_K:
+        return tl.load(ptr)
+    else:
+        return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def _xf(X, NW, offs, mask, inv, KX, PRO: tl.constexpr, EVEN_K: tl.constexpr):
+    """``f(x)[offs]`` of the one-row prologue as float32, rounded to X's dtype where HF rounds (as
+    :func:`workbench.kernels.gemv._prologue`): RMSNorm ``bf16(nw * bf16(x * inv))``, SwiGLU
+    ``bf16(bf16(silu(gate)) * up)`` with ``up`` at ``X + KX``."""
+    dt = X.dtype.element_ty
+    x = _ldr(X + offs, mask, EVEN_K)
+    if PRO == 1:
+        nw = _ldr(NW + offs, mask, EVEN_K)
+        y = (x.to(tl.float32) * inv).to(dt)
+        x = (nw.to(tl.float32) * y.to(tl.float32)).to(dt)
+    else:
+        u = _ldr(X + KX + offs, mask, EVEN_K)
+        g = x.to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(dt)
+        x = (act.to(tl.float32) * u.to(tl.float32)).to(dt)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _x8f(X, NW, offs, xm, inv, KX, WB: tl.constexpr, PRO: tl.constexpr, EVEN_K: tl.constexpr):
+    """:func:`_x8` (shuffled layout) through the prologue ``PRO`` (float32)."""
+    return (_xf(X, NW, offs, xm, inv, KX, PRO, EVEN_K), _xf(X, NW, offs + WB, xm, inv, KX, PRO, EVEN_K),
+            _xf(X, NW, offs + 2 * WB, xm, inv, KX, PRO, EVEN_K), _xf(X, NW, offs + 3 * WB, xm, inv, KX, PRO, EVEN_K),
+            _xf(X, NW, offs + 4 * WB, xm, inv, KX, PRO, EVEN_K), _xf(X, NW, offs + 5 * WB, xm, inv, KX, PRO, EVEN_K),
+            _xf(X, NW, offs + 6 * WB, xm, inv, KX, PRO, EVEN_K), _xf(X, NW, offs + 7 * WB, xm, inv, KX, PRO, EVEN_K))
+
+
+@triton.jit
 def _step_load(w_ptrs, S, Z, sz_offs, g, N, NG, u3, u2, n3, n2, WB: tl.constexpr, EVEN_K: tl.constexpr,
                EVEN_N: tl.constexpr):
     """One loop step's operands: the weight tile ``[U, BLOCK_N, WB]`` at group ``g`` and the scales and
@@ -113,13 +151,24 @@ def _step_load(w_ptrs, S, Z, sz_offs, g, N, NG, u3, u2, n3, n2, WB: tl.constexpr
 
 @triton.jit
 def _w4_gemv_kernel(X, QW, S, Z, OUT, P, LOCK, N, KW, NG, PER, SPLIT_K, stride_x, mg23, mg19, mg15, mg11, mg7,
+                    RES, NW, eps, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads, c_sb, c_sh, c_ss,
                     M: tl.constexpr, BLOCK_N: tl.constexpr, U: tl.constexpr, WB: tl.constexpr,
                     EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr, SHUFFLED: tl.constexpr,
-                    INT_ZERO: tl.constexpr, DEPTH: tl.constexpr, PDL: tl.constexpr):
+                    INT_ZERO: tl.constexpr, DEPTH: tl.constexpr, PDL: tl.constexpr, PRO: tl.constexpr = 0,
+                    HAS_RES: tl.constexpr = False, ROPE: tl.constexpr = False, HAS_BIAS: tl.constexpr = False,
+                    D: tl.constexpr = 2, KFULL: tl.constexpr = 1):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     G: tl.constexpr = WB * 8
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # one-row fusions (M = 1, shuffled layout): the prologue PRO (1 RMSNorm, 2 SwiGLU), then store_row's
+    # epilogue (+ residual, or qkv bias + RoPE + KV write); with none of them the kernel is the plain GEMV
+    EPI: tl.constexpr = HAS_RES or ROPE
+    if ROPE:  # rows: matching dims of both halves of one head (common.rope_rows)
+        rn, head, d0 = rope_rows(pid_n, BLOCK_N, D)
+    else:
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        head = 0
+        d0 = 0
     # tile [U, BLOCK_N, WB]: group step, row, word. With this dimension order Triton's coalescing puts
     # 4 threads x 16 B along a group's words, then threads along the groups, then along rows, so a thread
     # holds several rows of the same columns (per-column work on x is shared by those rows).
@@ -153,6 +202,11 @@ def _w4_gemv_kernel(X, QW, S, Z, OUT, P, LOCK, N, KW, NG, PER, SPLIT_K, stride_x
     if PDL:  # programmatic dependent launch: the first weight steps (no kernel writes them) are loaded
         gdc_launch_dependents()  # before waiting for the previous kernel; x and every write after
         gdc_wait()
+    inv = 0.0
+    if PRO == 1:  # RMSNorm statistic over the whole row (every program; K elements from L2), as gemv.py
+        kf = tl.arange(0, KFULL)
+        xf = tl.load(X + kf, mask=kf < KW * 8, other=0.0).to(tl.float32)
+        inv = tl.rsqrt(tl.sum(xf * xf, axis=0) / (KW * 8) + eps)
     it = 0
     while it < PER:  # a while loop: `range` over a runtime bound fails in the interpreter under numpy 2
         g = g_begin + it
@@ -163,7 +217,11 @@ def _w4_gemv_kernel(X, QW, S, Z, OUT, P, LOCK, N, KW, NG, PER, SPLIT_K, stride_x
                                 n2, WB, EVEN_K, EVEN_N)
         # x is loaded in the step that uses it (L1/L2-resident; carrying it through the loop made Triton
         # convert its layout through shared memory every step)
-        x0, x1, x2, x3, x4, x5, x6, x7 = _x8(X + g * G + x_offs, (g + u3) < NG, WB, SHUFFLED, EVEN_K)
+        if PRO == 0:
+            x0, x1, x2, x3, x4, x5, x6, x7 = _x8(X + g * G + x_offs, (g + u3) < NG, WB, SHUFFLED, EVEN_K)
+        else:
+            x0, x1, x2, x3, x4, x5, x6, x7 = _x8f(X, NW, g * G + x_offs, (g + u3) < NG, inv, KW * 8, WB, PRO,
+                                                  EVEN_K)
         s = s_raw.to(tl.float32)[:, :, None]
         z = z_raw.to(tl.float32)[:, :, None]
         if INT_ZERO:
@@ -272,8 +330,15 @@ def _w4_gemv_kernel(X, QW, S, Z, OUT, P, LOCK, N, KW, NG, PER, SPLIT_K, stride_x
                 if M > 3:
                     t3 += tl.load(q + 3 * N, mask=omask, other=0.0, cache_modifier=".cg")
                 sk += 1
-            _store_rows(OUT + rn, N, t0, t1, t2, t3, omask, M, ety)
+            if EPI:
+                store_row(t0, OUT, RES, rn, omask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
+                          c_sb, c_sh, c_ss, head, d0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
+            else:
+                _store_rows(OUT + rn, N, t0, t1, t2, t3, omask, M, ety)
             tl.atomic_xchg(LOCK + pid_n, 0, sem="relaxed", scope="gpu")
+    elif EPI:
+        store_row(y0, OUT, RES, rn, omask, BIAS, COS, SIN, WPOS, SLOTS, KC, VC, n_q_heads, n_kv_heads,
+                  c_sb, c_sh, c_ss, head, d0, HAS_RES, ROPE, HAS_BIAS, BLOCK_N, D)
     else:
         _store_rows(OUT + rn, N, y0, y1, y2, y3, omask, M, ety)
 
@@ -292,8 +357,9 @@ def _store_rows(ptr, N, y0, y1, y2, y3, mask, M: tl.constexpr, ety: tl.constexpr
 _MAGIC = (0x4B000000, 0x49000000, 0x47000000, 0x45000000, 0x43000000)  # float bits of 2**23, 2**19, .., 2**7
 
 
-def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool):
-    m, k = x.shape
+def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool, pro: int = 0, norm_weight=None,
+            eps: float = 1e-6, residual=None, rope=None, out=None):
+    m, k = x.shape[0], qw.shape[1] * 8
     if not 1 <= m <= 4:
         raise ValueError(f"the W4A16 GEMV takes 1..4 rows, got {m}")
     if x.stride(1) != 1:
@@ -303,7 +369,7 @@ def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool
     ng = k // group
     per = triton.cdiv(triton.cdiv(ng, split_k), u) * u  # groups per split, a multiple of U
     split_k = triton.cdiv(ng, per)  # no empty splits
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
     grid = (triton.cdiv(n, block_n), split_k)
     pdl = use_pdl(x.device)
     if split_k > 1:
@@ -311,9 +377,13 @@ def _launch(x, qw, s, z, group: int, n: int, cfg, shuffled: bool, int_zero: bool
         lock = split_k_locks(x.device, grid[0])
     else:
         part = lock = out
-    _w4_gemv_kernel[grid](x, qw, s, z, out, part, lock, n, k // 8, ng, per, split_k, x.stride(0), *_MAGIC, M=m,
-                          BLOCK_N=block_n, U=u, WB=group // 8, EVEN_N=n % block_n == 0, EVEN_K=per * split_k == ng,
-                          PARTIAL=split_k > 1, SHUFFLED=shuffled, INT_ZERO=int_zero, DEPTH=depth, PDL=pdl,
+    r_args, d, bias = rope_args(x, rope)
+    _w4_gemv_kernel[grid](x, qw, s, z, out, part, lock, n, k // 8, ng, per, split_k, x.stride(0), *_MAGIC,
+                          residual if residual is not None else out, norm_weight if norm_weight is not None else x,
+                          eps, *r_args, M=m, BLOCK_N=block_n, U=u, WB=group // 8, EVEN_N=n % block_n == 0,
+                          EVEN_K=per * split_k == ng, PARTIAL=split_k > 1, SHUFFLED=shuffled, INT_ZERO=int_zero,
+                          DEPTH=depth, PDL=pdl, PRO=pro, HAS_RES=residual is not None, ROPE=rope is not None,
+                          HAS_BIAS=bias is not None, D=d, KFULL=triton.next_power_of_2(k) if pro == 1 else 1,
                           num_warps=warps, launch_pdl=pdl)
     return out
 
@@ -324,6 +394,60 @@ def gemv(x, qw, s, z, group: int, n: int, cfg=None, int_zero: bool = True):
     the zeros are integers (exact fast path); pass False otherwise. ``cfg = (BLOCK_N, SPLIT_K, U, num_warps)``.
     Returns ``[M, n]`` in x's dtype."""
     return _launch(x, qw, s, z, group, n, cfg, True, int_zero)
+
+
+PROLOGUES = {"none": 0, "rmsnorm": 1, "swiglu": 2}  # as workbench.kernels.gemv.PROLOGUES
+
+
+def gemv_fused(x, qw, s, z, group: int, n: int, prologue: str = "none", norm_weight=None, eps: float = 1e-6,
+               residual=None, rope=None, cfg=None, int_zero: bool = True) -> torch.Tensor:
+    """One-row ``f(x) @ w_hat.T (+ residual)``, or with ``rope`` the qkv projection with its bias, RoPE and
+    KV-cache write, in one launch: the W4A16 counterpart of :func:`workbench.kernels.gemv.gemv` /
+    :func:`~workbench.kernels.gemv.gemv_qkv_rope`, with the same prologues and roundings (HF order; see
+    :mod:`workbench.kernels.gemv`): ``"rmsnorm"`` ``w_norm * bf16(x * rsqrt(mean(x^2) + eps))`` with the
+    statistic in float32 over the whole row (each program reads it), ``"swiglu"`` ``silu(gate) * up`` of ``x =
+    [gate | up]``; the product is rounded to x's dtype, then ``residual`` added (the last split of a split-K
+    launch adds it). The weight loop is that of :func:`gemv`.
+
+    Args: ``x`` ``[1, K]`` (``[1, 2K]`` for "swiglu"), bf16/fp16/fp32; ``qw``, ``s``, ``z``, ``group``, ``n``,
+    ``cfg``, ``int_zero`` as :func:`gemv`; ``norm_weight`` ``[K]`` ("rmsnorm"); ``residual`` ``[1, n]`` or None;
+    ``rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)`` as
+    :func:`~workbench.kernels.gemv.gemv_qkv_rope` (prologue "rmsnorm", or "none" for an input normalized
+    already; no residual; ``BLOCK_N`` is cut to a power of two dividing ``head_dim``). Returns ``[1, n]`` in x's dtype, or q ``[1, KV, G, D]`` with ``rope``.
+    Raises ``ValueError`` on shapes or arguments it does not take."""
+    if prologue not in PROLOGUES:
+        raise ValueError(f"prologue={prologue!r}: choose one of {sorted(PROLOGUES)}")
+    k = qw.shape[1] * 8
+    xk = 2 * k if prologue == "swiglu" else k
+    if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != xk:
+        raise ValueError(f"x has shape {tuple(x.shape)}; the fused W4A16 GEMV takes one row of {xk} "
+                         "(gemv takes up to 4 rows without fusions)")
+    if prologue == "rmsnorm" and (norm_weight is None or norm_weight.numel() != k):
+        raise ValueError(f"prologue 'rmsnorm' needs norm_weight of {k} elements")
+    if residual is not None and (residual.numel() != n or rope is not None):
+        raise ValueError(f"residual must have N={n} elements and cannot be combined with rope")
+    cfg = tuple(cfg or DEFAULT)
+    out = None
+    if rope is not None:
+        d, n_heads, n_kv = rope[5].shape[-1], rope[7], rope[8]
+        if prologue == "swiglu" or n != (n_heads + 2 * n_kv) * d or n_kv < 1 or n_heads % n_kv or d % 4:
+            raise ValueError(f"rope: want prologue 'rmsnorm' or 'none', n = (n_heads + 2 * n_kv) * head_dim = "
+                             f"{(n_heads + 2 * n_kv) * d} (got {n}), n_heads a multiple of n_kv, head_dim % 4 == 0")
+        cfg = (min(cfg[0], d & -d), *cfg[1:])  # a program's rows lie inside one head
+        out = torch.empty(1, n_kv, n_heads // n_kv, d, dtype=x.dtype, device=x.device)
+    y = _launch(x.contiguous(), qw, s, z, group, n, cfg, True, int_zero, PROLOGUES[prologue], norm_weight, eps,
+                residual, rope, out)
+    return y
+
+
+def reference(x, qw, s, z, group: int, prologue: str = "none", norm_weight=None, eps: float = 1e-6,
+              residual=None) -> torch.Tensor:
+    """:func:`gemv_fused` (without ``rope``) in plain torch: the weight unpacked and dequantized in float32
+    (``(q - zero) * scale``), then :func:`workbench.kernels.gemv.reference` (HF's order of operations and
+    roundings). The tests' oracle; for ``rope`` compose with :func:`workbench.engine.ops.qkv_rope_cache`."""
+    q = unpack_int4_gemv(qw, group).float()
+    w_hat = (q - z.float().t().repeat_interleave(group, 1)) * s.float().t().repeat_interleave(group, 1)
+    return _bf16_reference(x, w_hat, prologue, norm_weight, eps, residual)
 
 
 def w4a16_gemv(x, qw, s, zs, group: int, n: int, cfg=None):
