@@ -129,7 +129,10 @@ def _set(eng, variant: str) -> list | None:
     if variant == "fused_sep_prologues":
         dispatch.INT4_GEMV_PROLOGUES = {"rmsnorm": False, "swiglu": False}
     try:
-        eng.set_fused_gemv(variant != "unfused")
+        if variant == "unfused":  # one-row steps unfused, 2..64 rows as by default (dispatch.INT4_ONE_ROW_FUSED off)
+            eng.set_fused_gemv(True, min_rows=2)
+        else:
+            eng.set_fused_gemv(True, min_rows=1)
     finally:
         dispatch.INT4_GEMV_PROLOGUES = saved
     return [eng.fused.min_rows, eng.fused.max_rows] if eng.fused is not None else None
@@ -145,22 +148,24 @@ def decode_table(name: str, c: dict, group: int, dev, prompt_len: int, n_steps: 
                  "ms": engine_decode_ms_per_token(eng, 1, prompt_len, n_steps)})
     del eng
     _free(dev)
-    backend = "triton:rows" if dev.type == "cuda" else "triton:dequant"
-    eng = Engine.from_config(c, w4a16=True, group_size=group, w4a16_backend=backend, **kw)
     prompt = torch.randint(100, c["vocab_size"] - 100, (1, 12), device=dev)
     logits = {}
     for variant in ("unfused", "fused", "fused_sep_prologues"):
+        # a fresh engine per variant: re-capturing graphs of one engine after a switch tripped an internal assert
+        # of torch's caching allocator on the H200 (torch 2.11, "it->second->use_count > 0", at capture_begin)
+        eng = Engine.from_config(c, w4a16=True, group_size=group, w4a16_backend="triton:dequant", **kw)
         used = _set(eng, variant)
         logits[variant] = _logits(eng, prompt, n_check)
         rows.append({"model": name, "impl": f"w4a16_g{group}_{variant}", "fused_rows": used,
                      "ms": engine_decode_ms_per_token(eng, 1, prompt_len, n_steps)})
         print(f"{name:14s} {rows[-1]['impl']:32s} fused rows {used}: {rows[-1]['ms']:.3f} ms/token", flush=True)
+        del eng
+        _free(dev)
     ref = logits["unfused"]
     check = {v: float((logits[v] - ref).norm() / ref.norm()) for v in ("fused", "fused_sep_prologues")}
     took = rows[-2]["fused_rows"] is not None and rows[-2]["fused_rows"][0] == 1
     check["pass"] = all(e < 5e-2 for e in check.values()) and took
     check["one_row_fused_taken"] = took
-    del eng
     return rows, check
 
 

@@ -55,8 +55,8 @@ def test_fused_steps_equal_unfused(w4a16):
     assert e.set_fused_gemv(True, max_rows=64, min_rows=1) is True and e.fused.max_rows == 64
     got = _steps(e, ids)
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4)
-    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16: 1..64 rows)
-    assert (e.fused.min_rows, e.fused.max_rows) == ((1, 64) if w4a16 else (1, 1))
+    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16: 2..64 rows, dispatch.INT4_ONE_ROW_FUSED off)
+    assert (e.fused.min_rows, e.fused.max_rows) == ((2, 64) if w4a16 else (1, 1))
     torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
 
 
@@ -84,6 +84,7 @@ def test_group_64_fuses_one_row_steps_only(monkeypatch):
     (dequant), and every step matches the dequantized reference."""
     from workbench.engine import dispatch
 
+    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
     m = _model()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3)).to(DEV)
     kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "w4a16": "rtn", "group_size": 64}
@@ -117,8 +118,10 @@ def test_w4a16_one_row_steps_take_the_fused_gemv(arch, group, monkeypatch):
     dequantized-weights engine's (float32: summation order only; well inside bf16 tolerance). The path is taken:
     the engine's fused range starts at one row and every INT4 matmul of every step went through
     ``w4a16.gemv_fused`` (on the code before it, W4A16 one-row steps ran unfused: the range assert fails)."""
+    from workbench.engine import dispatch
     from workbench.kernels import w4a16
 
+    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
     over = {"num_hidden_layers": 2}
     if arch == "qwen2":  # qkv bias (zero-initialised by HF; _model perturbs it)
         from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -27,15 +27,14 @@ bias, an AWQ input scale left on o / down, another INT4 backend) run the unfused
 
 Which rows take the fused path by default follows the H200 measurements (``benchmarks/RESULTS.md``, kernels
 section): bf16 models only ``M = 1`` (for 2..64 rows the engine's cuBLAS path measured faster than the fused
-tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qwen2-7B); W4A16 models ``1 <= M <=
-64`` (``max_rows`` cut to 1 where a matmul has only the one-row kernel). For ``2 <= M <= 64`` the INT4 prologues
-run as their own kernels (:data:`INT4_PROLOGUES`). One-row W4A16 steps run the same CUDA-core INT4 GEMV as the
-unfused path (faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B / Llama-3-8B shape), now with
-RMSNorm / SwiGLU inside it (:data:`INT4_GEMV_PROLOGUES`), the residual add and the qkv RoPE + KV write as its
-epilogue: fewer launches per layer than the unfused path (separate add + RMSNorm, SiLU * up, RoPE / KV write);
-its speed against the unfused path is to be measured (``benchmarks/check_w4_onerow.py``).
-``Engine.set_fused_gemv(on, max_rows, min_rows)`` overrides the range (``min_rows=2``: the earlier default for
-W4A16, one-row steps unfused).
+tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qwen2-7B); W4A16 models ``2 <= M <=
+64``, with the INT4 prologues as their own kernels (:data:`INT4_PROLOGUES`). The fused one-row W4A16 path (the
+same CUDA-core INT4 GEMV as the unfused path, faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B /
+Llama-3-8B shape, with RMSNorm / SwiGLU inside it, :data:`INT4_GEMV_PROLOGUES`, and the residual add and the qkv
+RoPE + KV write as its epilogue: fewer launches per layer than the unfused path) is off by default
+(:data:`INT4_ONE_ROW_FUSED`: not faster on Qwen2-7B in the one measurement made); with it on, ``max_rows`` is cut
+to 1 where a matmul has only the one-row kernel (group 64). ``Engine.set_fused_gemv(on, max_rows, min_rows)``
+overrides the range (``min_rows=1``: one-row W4A16 steps fused).
 """
 
 from __future__ import annotations
@@ -59,6 +58,11 @@ INT4_PROLOGUES = {"rmsnorm": False, "swiglu": False}
 # once per program), False as its own kernel before it (as the unfused path does); read when the fused calls are
 # built. Which is faster is to be measured (benchmarks/check_w4_onerow.py compares both)
 INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
+# one-row W4A16 steps take the fused GEMV by default (True) or the unfused path (False). Off: in the stacked study on
+# the H200 (benchmarks/results/h200_2026-12-01b/stack/) W4A16 batch-1 decode of random-init Qwen2-7B measured
+# 286 tokens/s with it on, against 321 tokens/s unfused in the run before (bf16 260 and 237 tokens/s: not an A/B in
+# one run, so not settled); Engine.set_fused_gemv(True, min_rows=1) turns it on for an engine
+INT4_ONE_ROW_FUSED = False
 
 
 class FusedMatmuls:
@@ -117,10 +121,13 @@ def _max_rows(lin) -> int:
 
 
 def default_rows(weights) -> tuple[int, int]:
-    """``(min_rows, max_rows)`` of the fused path by default: ``(1, 64)`` if any matmul is W4A16, else ``(1, 1)``
-    (see the module docstring); :func:`build` cuts ``max_rows`` to what every matmul takes (1 for a model whose
-    INT4 weights only the one-row GEMV takes)."""
-    return (1, ROWS_MAX) if any(isinstance(m, Int4Linear) for m in weights.matmuls()) else (1, 1)
+    """``(min_rows, max_rows)`` of the fused path by default: for a model with a W4A16 matmul ``(2, 64)``, or
+    ``(1, 64)`` with :data:`INT4_ONE_ROW_FUSED`; else ``(1, 1)`` (see the module docstring); :func:`build` cuts
+    ``max_rows`` to what every matmul takes (1 for a model whose INT4 weights only the one-row GEMV takes, which
+    then has no fused path unless one-row steps take it)."""
+    if any(isinstance(m, Int4Linear) for m in weights.matmuls()):
+        return (1 if INT4_ONE_ROW_FUSED else 2, ROWS_MAX)
+    return (1, 1)
 
 
 def build(engine, max_rows: int | None = None, tune: bool | None = None,
