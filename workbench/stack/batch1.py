@@ -115,8 +115,16 @@ def _theory_row(target, draft, plain: dict, prompt_len: int, k: int, alpha: floa
         "alpha": alpha, "tau": tau, "draft_step_ms": d_ms, "verify_ms": v_ms, "spec_loop": "none"}
 
 
+def _warms_up(engine, warmup: bool | None) -> bool:
+    """``warmup`` as given, else True off the CPU (graph capture, kernel compilation and tuning happen on first
+    use there: on the H200 they made the first timed run of a 135M model 30x slower than steady state)."""
+    if warmup is not None:
+        return bool(warmup)
+    return getattr(getattr(engine, "device", None), "type", "cpu") != "cpu"
+
+
 def run_batch1(target, draft, prompt: list[int], *, gen_len: int, k: int = 4, alpha: float | None = None,
-               repeats: int = 1, seed: int = 0, clock=time.perf_counter) -> dict:
+               repeats: int = 1, seed: int = 0, clock=time.perf_counter, warmup: bool | None = None) -> dict:
     """One row for the fixed request on ``target`` (an :class:`workbench.engine.Engine`), plainly when
     ``draft`` is None, else speculatively with ``draft`` (an Engine over the same vocabulary).
 
@@ -128,10 +136,15 @@ def run_batch1(target, draft, prompt: list[int], *, gen_len: int, k: int = 4, al
     ``"synthetic"``: the what-if loop at ``alpha``; ``"theory"``: predicted from step times) and
     ``acceptance``; with real acceptance ``match_plain``, the fraction of output positions equal to plain
 greedy decoding's (1.0 up to float ties between the verify and decode steps). ``tokens``: the
-median run's output ids. Raises ValueError for an empty prompt.
+median run's output ids. ``warmup`` (default: off the CPU only, :func:`_warms_up`): one untimed run of each
+kind first, with the same prompt and length, so the timed runs see neither graph capture nor kernel
+compilation. Raises ValueError for an empty prompt.
     """
     if not prompt:
         raise ValueError("prompt is empty; pass at least one token id")
+    warm = _warms_up(target, warmup)
+    if warm:
+        _plain(target, prompt, gen_len, clock)
     plain = _median_row([_plain(target, prompt, gen_len, clock) for _ in range(repeats)])
     if draft is None:
         return plain | {"plain_tpot_ms": plain["tpot_ms"], "spec_timing": "", "acceptance": ""}
@@ -139,6 +152,8 @@ median run's output ids. Raises ValueError for an empty prompt.
         row, timing = _theory_row(target, draft, plain, len(prompt), k, alpha, clock), "theory"
     else:
         cfg = spec_config(k, gen_len, alpha, seed)
+        if warm:
+            _speculative(target, draft, prompt, cfg, clock)
         row = _median_row([_speculative(target, draft, prompt, cfg, clock) for _ in range(repeats)])
         timing = "real" if alpha is None else "synthetic"
     if timing == "real":  # exact greedy speculative decoding reproduces plain greedy decoding
