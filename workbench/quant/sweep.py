@@ -50,13 +50,14 @@ def demo_defaults(device="auto") -> dict:
     ``n_questions`` (MMLU per subject) and ``subjects`` (None: all 57). On the CPU they are cut to fit
     the demo's share of the CPU time budget (every notebook's demo together in 20 minutes on 2
     cores): one question from each of :data:`DEMO_SUBJECTS` (19 questions: the pipeline, not a
-    measurement; 570 on CUDA)."""
+    measurement; 570 on CUDA) and AWQ / GPTQ calibrated on 4 x 128 tokens, AWQ scoring its scales on
+    256 of them (32 x 256 and 2,048 on CUDA)."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return {"device": str(dev), "dtype": "bfloat16", "grid": "demo", "n_tokens": 4096, "n_calib_samples": 32,
                 "calib_seq_len": 256, "awq_max_tokens": 2048, "n_questions": default_mmlu_size(dev), "subjects": None}
-    return {"device": "cpu", "dtype": "float32", "grid": "demo_cpu", "n_tokens": 1024, "n_calib_samples": 8,
-            "calib_seq_len": 128, "awq_max_tokens": 512, "n_questions": default_mmlu_size(dev),
+    return {"device": "cpu", "dtype": "float32", "grid": "demo_cpu", "n_tokens": 1024, "n_calib_samples": 4,
+            "calib_seq_len": 128, "awq_max_tokens": 256, "n_questions": default_mmlu_size(dev),
             "subjects": list(DEMO_SUBJECTS)}
 
 
