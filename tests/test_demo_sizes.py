@@ -32,11 +32,12 @@ def test_demo_sizes_by_device(kind):
     d = qsweep.demo_defaults(kind)
     assert (d["grid"], d["n_tokens"], d["n_calib_samples"], d["calib_seq_len"], d["awq_max_tokens"]) == (
         ("demo", 4096, 32, 256, 2048) if cuda else ("demo_cpu", 1024, 4, 128, 256))
+    assert d["n_questions"] == (10 if cuda else 1) and (d["subjects"] is None if cuda else len(d["subjects"]) == 10)
     # notebook 02
     g = presets.SpecGrid.from_name(presets.demo_grid(kind))
     assert (g.ks, g.n_prompts, g.max_new_tokens, g.drafts, g.distill_steps) == (
         ((1, 2, 4), 6, 12, ("int8", "int3", "distilled"), 50) if cuda else
-        ((1, 2, 4), 4, 8, ("int8", "int3", "distilled"), 30))
+        ((1, 4), 4, 8, ("int8", "int3", "distilled"), 30))
     # notebook 03
     assert profile.ProfileConfig.for_device(kind) == (profile.ProfileConfig() if cuda else
                                                       profile.ProfileConfig(repeats=3))
