@@ -35,7 +35,7 @@ DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | 
 FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: 10 per subject, shots 0-5
 # per subject, x 57 subjects: the demo 4 on CUDA (228 questions), 2 on the CPU (114)
 N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10 if FULL else demo_n_per_subject(DEVICE)))
-# runs as formulation:shots; the demo: letters 0-shot, cloze 5-shot (~2 min on 2 CPU cores)
+# runs as formulation:shots; the demo: letters 0-shot, cloze 5-shot (~3.5 min on 2 CPU cores)
 RUNS = os.getenv("WB_MMLU_RUNS", ",".join(f"{f}:{k}" for f in ("mmlu", "mmlu_continuation") for k in range(6))
                  if FULL else "mmlu:0,mmlu_continuation:5")
 RUNS = [(r.split(":")[0], int(r.split(":")[1])) for r in RUNS.split(",")]
