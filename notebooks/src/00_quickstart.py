@@ -28,17 +28,20 @@
 # %% tags=["parameters"]
 import os
 
+from workbench.eval.mmlu import demo_n_per_subject
+
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # built-in name, HF id, local folder or .gguf
+DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
 FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: 10 per subject, shots 0-5
-N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10 if FULL else 4))  # 4 x 57 subjects = 228 questions
-# runs as formulation:shots; the demo: letters 0-shot, cloze 5-shot (~2.5 min on 2 CPU cores)
+# per subject, x 57 subjects: the demo 4 on CUDA (228 questions), 2 on the CPU (114)
+N_PER_SUBJECT = int(os.getenv("WB_N_PER_SUBJECT", 10 if FULL else demo_n_per_subject(DEVICE)))
+# runs as formulation:shots; the demo: letters 0-shot, cloze 5-shot (~3.5 min on 2 CPU cores)
 RUNS = os.getenv("WB_MMLU_RUNS", ",".join(f"{f}:{k}" for f in ("mmlu", "mmlu_continuation") for k in range(6))
                  if FULL else "mmlu:0,mmlu_continuation:5")
 RUNS = [(r.split(":")[0], int(r.split(":")[1])) for r in RUNS.split(",")]
 SUBJECTS = os.getenv("WB_SUBJECTS") or None  # comma-separated subset, or None for all 57
 BATCH_SIZE = int(os.getenv("WB_BATCH_SIZE", 8))
 SEED = 0
-DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
 DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
 if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: a few questions, a few subjects
     N_PER_SUBJECT, SUBJECTS = 2, SUBJECTS or "anatomy,astronomy,virology,marketing"

@@ -54,7 +54,7 @@ SEQ_LEN = int(os.getenv("WB_SEQ_LEN", "256"))  # non-overlapping evaluation wind
 N_QUESTIONS = int(os.getenv("WB_N_QUESTIONS", 10 if FULL else DEMO["n_questions"]))  # MMLU per subject (0: none)
 FORMULATION = os.getenv("WB_MMLU_FORMULATION", "mmlu_continuation")  # lm-eval's cloze task (acc_norm) or "mmlu"
 N_SHOT = int(os.getenv("WB_N_SHOT", "0"))  # MMLU exemplars (lm-eval's mmlu_continuation default: 0)
-# comma-separated MMLU subjects; default all 57 (the CPU demo: 19 of them)
+# comma-separated MMLU subjects; default all 57 (the CPU demo: 10 of them)
 SUBJECTS = os.getenv("WB_SUBJECTS") or (None if FULL or not DEMO["subjects"] else ",".join(DEMO["subjects"]))
 N_CALIB = int(os.getenv("WB_N_CALIB", 32 if FULL else DEMO["n_calib_samples"]))  # AWQ/GPTQ calibration windows
 CALIB_LEN = int(os.getenv("WB_CALIB_LEN", 256 if FULL else DEMO["calib_seq_len"]))  # tokens per window
@@ -156,8 +156,8 @@ qp.plot_group_size_trend(grid[grid["method"] == "rtn"], "kl_mean")
 # lm-eval's `mmlu_continuation` formulation by default ("Question: ...\nAnswer:", each choice's text scored
 # as a continuation, `acc_norm`): in the letters formulation (`mmlu`) the built-in 135M model is at chance,
 # so no quantization drop could show. Chance (0.25) is the dotted line; a point whose CI includes it is
-# hollow: nothing can be read from it. On the CPU the demo scores one question from each of 19 subjects
-# (CI about ±0.2): the pipeline, not a measurement; on CUDA it scores 570 (`WB_FULL=1` on the CPU too).
+# hollow: nothing can be read from it. On the CPU the demo scores one question from each of 10 subjects
+# (CI about ±0.25): the pipeline, not a measurement; on CUDA it scores 570 (`WB_FULL=1` on the CPU too).
 
 # %%
 qp.plot_mmlu_vs_bits(grid) if "mmlu_acc" in grid else "MMLU off: N_QUESTIONS = 0"

@@ -37,12 +37,15 @@
 # %% tags=["parameters"]
 import os
 
+from workbench.spec import demo_grid
+
 SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")
 DEVICE = os.getenv("WB_DEVICE", "auto")  # auto: CUDA when present, else CPU
 DTYPE = os.getenv("WB_DTYPE", "auto")  # auto: bfloat16 on CUDA, float32 on CPU
 FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: the "full" grid
-GRID = os.getenv("WB_SPEC_GRID", "smoke" if SMOKE else "full" if FULL else "demo")  # in workbench.spec.SPEC_GRIDS
+# a name in workbench.spec.SPEC_GRIDS; default "demo" on CUDA, "demo_cpu" on the CPU (k 1 and 4, 4 prompts, 8 tokens)
+GRID = os.getenv("WB_SPEC_GRID", "smoke" if SMOKE else "full" if FULL else demo_grid(DEVICE))
 N_PROMPTS = os.getenv("WB_N_PROMPTS")  # each of these, when set, overrides the grid's value
 MAX_NEW = os.getenv("WB_MAX_NEW")
 KS = os.getenv("WB_KS")  # comma list, e.g. "1,2,4"

@@ -28,6 +28,8 @@
 # %% tags=["parameters"]
 import os
 
+from workbench.pd.loop import demo_loop_requests
+
 SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # profiled on this machine
 N_REQUESTS = int(os.getenv("WB_N_REQUESTS", 300 if SMOKE else 3000))  # per simulated point
@@ -39,10 +41,11 @@ SLO_TTFT_MS = float(os.getenv("WB_SLO_TTFT_MS", 400))  # the "chat" SLO preset
 SLO_TPOT_MS = float(os.getenv("WB_SLO_TPOT_MS", 40))
 WORKLOADS = os.getenv("WB_WORKLOADS", "chat" if SMOKE else "chat,long-prompt").split(",")  # WORKLOAD_PRESETS
 RUN_REAL_LOOP = os.getenv("WB_RUN_REAL_LOOP", "1") == "1"
-LOOP_REQUESTS = int(os.getenv("WB_LOOP_REQUESTS", 4 if SMOKE else 24))
+DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
+# real-loop requests; the demo: 24 on CUDA, 12 on the CPU
+LOOP_REQUESTS = int(os.getenv("WB_LOOP_REQUESTS", 4 if SMOKE else demo_loop_requests(DEVICE)))
 LOOP_RATE = float(os.getenv("WB_LOOP_RATE", 0.3))  # req/s on the CPU
 SEED = int(os.getenv("WB_SEED", 0))
-DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
 DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
 THREADS = int(os.getenv("WB_THREADS", 1))  # torch threads; 1 makes this process's CPU time the step's compute
 
@@ -95,7 +98,7 @@ spec_here = ModelSpec.from_hf_config(model.config, name=MODEL,
                                      bytes_per_param=next(model.parameters()).element_size(),
                                      bytes_per_kv=next(model.parameters()).element_size())
 pcfg = (ProfileConfig(prompt_lens=(8, 32), prefill_batches=(1, 2), decode_batches=(1, 2, 4),
-                      context_lens=(16,), repeats=2) if SMOKE else ProfileConfig())
+                      context_lens=(16,), repeats=2) if SMOKE else ProfileConfig.for_device(device))  # CPU: 3 repeats
 runner = make_runner(model, max_batch=max(pcfg.max_batch, 8), max_seq=pcfg.max_seq + 64)
 clock, sleep = clock_for(device)
 profile = with_floors(run_profile(runner, pcfg, clock=clock), spec_here, hw_here)

@@ -26,8 +26,11 @@
 # %% tags=["parameters"]
 import os
 
+from workbench.stack import demo_defaults
+
 SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
 DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
+DEMO = demo_defaults(DEVICE)  # the demo sizes on this device (KV context; the claims' quantization rows)
 DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU
 MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # target: load_model spec ("random:qwen2-7b" needs WB_ALPHA)
 DRAFT = os.getenv("WB_DRAFT", "layers-4" if SMOKE else "int3")  # make_draft name: int3/4/8 self-draft, layers-N, id
@@ -39,7 +42,7 @@ PROMPT_LEN = int(os.getenv("WB_PROMPT_LEN", 32 if SMOKE else 64))  # the fixed r
 GEN_LEN = int(os.getenv("WB_GEN_LEN", 4 if SMOKE else 16))  # ... and its generated tokens
 N_REQUESTS = int(os.getenv("WB_N_REQUESTS", 60 if SMOKE else 200))  # per simulated point
 SLO_TTFT_MS, SLO_TPOT_MS = os.getenv("WB_SLO_TTFT_MS", ""), os.getenv("WB_SLO_TPOT_MS", "")  # empty: derived
-KV_CONTEXT = int(os.getenv("WB_KV_CONTEXT", 128 if SMOKE else 0))  # 0: 2,048 on CPU, the model's limit on CUDA
+KV_CONTEXT = int(os.getenv("WB_KV_CONTEXT", 128 if SMOKE else 0))  # 0: 1,024 on CPU, the model's limit on CUDA
 SEED = int(os.getenv("WB_SEED", 0))
 
 # %%
@@ -133,7 +136,7 @@ res.multiplicative.round(3)
 # contexts. On CPU the quantized caches go through the torch path (dequantize, then SDPA).
 
 # %%
-context = KV_CONTEXT or (2048 if dev == "cpu" else int(model.config.max_position_embeddings))
+context = KV_CONTEXT or DEMO["kv_context"] or int(model.config.max_position_embeddings)
 kv_dtypes = ("bfloat16" if dev == "cpu" else "float16", "fp8_e4m3", "int8")  # vs the compute-dtype cache
 kcfg = KVStudyConfig(kv_dtypes, context=context, chunk=64 if SMOKE else 1024, timed=(context // 4, context // 2, context))
 if trained:  # (a random-init model has no fidelity to measure)
@@ -154,7 +157,9 @@ if trained:  # (a random-init model has no fidelity to measure)
 qcfgs = [QuantConfig(method="rtn", bits=4, group_size=64)]
 if not SMOKE:
     qcfgs += [QuantConfig.from_name("rtn_int4_tensor_sym"), QuantConfig.from_name("rtn_int8_channel")]
+# the ledger reads the fidelity columns; the CPU demo's rows skip MMLU and timing (demo_defaults)
 qrows = run_quant_sweep(model, tok, qcfgs, text=text, n_tokens=256 if SMOKE else 512, seq_len=128 if SMOKE else 256,
+                        n_questions=None if SMOKE else DEMO["quant_questions"], speed=SMOKE or DEMO["quant_speed"],
                         name="stack_quant", progress=False) if trained else None
 hw_here = HardwareSpec.measure(dev, copy_mb=16 if SMOKE else None)  # None: 64 MiB on the CPU, 1 GiB on a GPU
 

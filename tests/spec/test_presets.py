@@ -15,7 +15,7 @@ def test_full_grid_is_the_notebook_grid_under_wb_full():
     assert [(c.k, c.policy) for c in cfgs[:6]] == [(1, "static"), (2, "static"), (4, "static"), (6, "static"),
                                                     (4, "heuristic"), (4, "confidence")]
     assert {c.temperature for c in cfgs} == {0.0, 0.7} and {c.max_new_tokens for c in cfgs} == {24}
-    demo = SpecGrid.from_name("demo")  # the same studies, sized for make reports on 2 CPU cores
+    demo = SpecGrid.from_name("demo")  # the same studies on a smaller grid (CUDA; "demo_cpu" on the CPU)
     assert [(c.k, c.policy) for c in demo.configs()[:5]] == [(1, "static"), (2, "static"), (4, "static"),
                                                              (4, "heuristic"), (4, "confidence")]
     assert demo.n_prompts == 6 and demo.max_new_tokens == 12 and len(demo.drafts) == 3 and {c.temperature for c in demo.configs()} == {0.0, 0.7}
@@ -25,7 +25,7 @@ def test_full_grid_is_the_notebook_grid_under_wb_full():
     table = SpecGrid.from_name("spec-table", ks=(3,), n_prompts=None)
     assert table.n_prompts == 120  # None keeps the preset's value
     assert [(c.k, c.policy) for c in table.configs()] == [(3, "static"), (4, "static")] * 2
-    assert set(SPEC_GRIDS) == {"demo", "full", "smoke", "spec-table"}
+    assert set(SPEC_GRIDS) == {"demo", "demo_cpu", "full", "smoke", "spec-table"}
 
 
 @pytest.mark.parametrize("kwargs,match", [({"ks": ()}, "ks"), ({"ks": (0,)}, "ks"), ({"k_policy": 0}, "k_policy"),

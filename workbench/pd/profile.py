@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 
 from workbench.arch import ModelSpec
+from workbench.device import resolve_device
 from workbench.pd.hardware import HardwareSpec
 from workbench.validate import check_field_types
 
@@ -50,6 +51,15 @@ class ProfileConfig:
                 raise ValueError(f"ProfileConfig.{f}={v!r} must be a non-empty tuple of integers >= 1")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError("ProfileConfig.repeats must be >= 1 and warmup >= 0")
+
+    @classmethod
+    def for_device(cls, device="auto", **overrides) -> ProfileConfig:
+        """The defaults on CUDA; on the CPU 3 timed runs per point instead of 5 (the median of 3 still
+        drops one outlier; CPU time is scarce: notebook 03's profile is its largest cost). ``device``:
+        a name or ``torch.device`` (``"auto"``: CUDA when present); ``overrides`` replace fields.
+        Raises ``ValueError`` as :func:`workbench.device.resolve_device` and ``ProfileConfig`` do."""
+        from_device = {} if resolve_device(device).type == "cuda" else {"repeats": 3}
+        return cls(**{**from_device, **overrides})
 
     @property
     def max_batch(self) -> int:

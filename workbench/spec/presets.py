@@ -5,10 +5,15 @@
 * ``"full"``: notebook 02 under ``WB_FULL=1`` -- static k in (1, 2, 4, 6), the heuristic and
   confidence policies at k = 4, greedy and T = 0.7, 24 new tokens on 12 Spec-Bench prompts, four drafts
   (RTN INT8/INT4/INT3 self-drafts and a 2-layer distilled draft, 150 steps).
-* ``"demo"``: notebook 02's default, sized for ``make reports`` on a 2-core CPU -- the same studies on
-  a smaller grid: static k in (1, 2, 4), the policies at k = 4, both temperatures, 12 new tokens on 6
-  prompts, the INT8 and INT3 self-drafts (alignment falling with bits) and a 50-step distilled draft
-  (180 runs of 12 tokens against the full grid's 576 of 24).
+* ``"demo"``: notebook 02's default on CUDA -- the same studies on a smaller grid: static k in
+  (1, 2, 4), the policies at k = 4, both temperatures, 12 new tokens on 6 prompts, the INT8 and INT3
+  self-drafts (alignment falling with bits) and a 50-step distilled draft (180 runs of 12 tokens
+  against the full grid's 576 of 24).
+* ``"demo_cpu"``: notebook 02's default on the CPU, sized for ``make reports`` on 2 cores (every
+  notebook's demo together in 20 minutes): the demo's studies and drafts with static k in (1, 4) (the
+  theory curves fill in k = 2), on 4 prompts (one results-store point per config and draft), 8 new
+  tokens each, and a 30-step distilled draft (96 runs of 8 tokens).
+  :func:`demo_grid` picks ``"demo"`` or ``"demo_cpu"`` by device.
 * ``"smoke"``: the same shape at CI size (k = 1 and 2, 6 new tokens, 2 prompts, INT4 and a 5-step
   distilled draft on 60,000 characters of WikiText-2).
 * ``"spec-table"``: ``benchmarks/spec_table.py`` -- static k = 4 at T = 0 and 0.7, 32 new tokens on
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from workbench.device import resolve_device
 from workbench.spec.config import POLICY_NAMES, SpecConfig, did_you_mean
 
 
@@ -89,10 +95,21 @@ SPEC_GRIDS = {
     "full": SpecGrid(),
     "demo": SpecGrid(ks=(1, 2, 4), max_new_tokens=12, n_prompts=6, drafts=("int8", "int3", "distilled"),
                      distill_steps=50),
+    "demo_cpu": SpecGrid(ks=(1, 4), max_new_tokens=8, n_prompts=4, drafts=("int8", "int3", "distilled"),
+                         distill_steps=30),
     "smoke": SpecGrid(ks=(1, 2), k_policy=2, max_new_tokens=6, n_prompts=2, drafts=("int4", "distilled"),
                       distill_steps=5, distill_chars=60_000),  # two k values: the explorer's k slider moves
     "spec-table": SpecGrid(ks=(4,), k_policy=4, policies=(), max_new_tokens=32, n_prompts=120,
                            max_prompt_tokens=192),
 }
 
-__all__ = ["SPEC_GRIDS", "SpecGrid"]
+
+
+def demo_grid(device="auto") -> str:
+    """Name of notebook 02's default grid on ``device`` (``"auto"``: CUDA when present): ``"demo"`` on
+    CUDA, ``"demo_cpu"`` elsewhere (the same studies at the CPU time budget). Raises ``ValueError``
+    as :func:`workbench.device.resolve_device` does for an unknown or absent device."""
+    return "demo" if resolve_device(device).type == "cuda" else "demo_cpu"
+
+
+__all__ = ["SPEC_GRIDS", "SpecGrid", "demo_grid"]
