@@ -37,26 +37,27 @@ def test_demo_sizes_by_device(kind):
     g = presets.SpecGrid.from_name(presets.demo_grid(kind))
     assert (g.ks, g.n_prompts, g.max_new_tokens, g.drafts, g.distill_steps) == (
         ((1, 2, 4), 6, 12, ("int8", "int3", "distilled"), 50) if cuda else
-        ((1, 4), 4, 8, ("int8", "int3", "distilled"), 30))
+        ((1, 4), 3, 8, ("int8", "int3", "distilled"), 30))
     # notebook 03
     assert profile.ProfileConfig.for_device(kind) == (profile.ProfileConfig() if cuda else
                                                       profile.ProfileConfig(repeats=3))
     assert profile.ProfileConfig.for_device(kind, repeats=7).repeats == 7
     assert loop.demo_loop_requests(kind) == (24 if cuda else 12)
     # notebook 04
-    assert stack_config.demo_defaults(kind) == ({"kv_context": None, "quant_questions": None, "quant_speed": True}
+    assert stack_config.demo_defaults(kind) == ({"kv_context": None, "quant_questions": None, "quant_speed": True,
+                                                 "gen_len": 16}
                                                 if cuda else {"kv_context": 1024, "quant_questions": 0,
-                                                              "quant_speed": False})
+                                                              "quant_speed": False, "gen_len": 12})
 
 
 def test_cpu_demo_keeps_every_control():
     """The CPU spec grid still varies every explorer control (draft, k, temperature, policy) and
-    fills one results-store point per config and draft (4 prompts, the notebook's point size)."""
+    fills one results-store point per config and draft (3 prompts, within the notebook's point size of 4)."""
     g = presets.SpecGrid.from_name("demo_cpu")
     cfgs = g.configs()
     assert len(g.drafts) >= 2 and len({c.k for c in cfgs}) >= 2
     assert len({c.temperature for c in cfgs}) >= 2 and len({c.policy for c in cfgs}) == 3
-    assert g.n_prompts == 4
+    assert g.n_prompts == 3
 
 
 def test_unknown_device_is_refused():

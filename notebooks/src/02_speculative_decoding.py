@@ -44,7 +44,7 @@ MODEL = os.getenv("WB_MODEL", "smollm2-135m")
 DEVICE = os.getenv("WB_DEVICE", "auto")  # auto: CUDA when present, else CPU
 DTYPE = os.getenv("WB_DTYPE", "auto")  # auto: bfloat16 on CUDA, float32 on CPU
 FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: the "full" grid
-# a name in workbench.spec.SPEC_GRIDS; default "demo" on CUDA, "demo_cpu" on the CPU (k 1 and 4, 4 prompts, 8 tokens)
+# a name in workbench.spec.SPEC_GRIDS; default "demo" on CUDA, "demo_cpu" on the CPU (k 1 and 4, 3 prompts, 8 tokens)
 GRID = os.getenv("WB_SPEC_GRID", "smoke" if SMOKE else "full" if FULL else demo_grid(DEVICE))
 N_PROMPTS = os.getenv("WB_N_PROMPTS")  # each of these, when set, overrides the grid's value
 MAX_NEW = os.getenv("WB_MAX_NEW")

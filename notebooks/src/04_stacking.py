@@ -39,7 +39,7 @@ GROUP_SIZE = int(os.getenv("WB_GROUP_SIZE", 64))  # must divide the model's widt
 K = int(os.getenv("WB_K", 4))  # draft tokens per step
 ALPHA = os.getenv("WB_ALPHA", "")  # what-if alpha (synthetic acceptance); empty = the draft's real acceptance
 PROMPT_LEN = int(os.getenv("WB_PROMPT_LEN", 32 if SMOKE else 64))  # the fixed request's prompt tokens
-GEN_LEN = int(os.getenv("WB_GEN_LEN", 4 if SMOKE else 16))  # ... and its generated tokens
+GEN_LEN = int(os.getenv("WB_GEN_LEN", 4 if SMOKE else DEMO["gen_len"]))  # ... and its generated tokens (16 on CUDA, 12 on the CPU)
 N_REQUESTS = int(os.getenv("WB_N_REQUESTS", 60 if SMOKE else 200))  # per simulated point
 SLO_TTFT_MS, SLO_TPOT_MS = os.getenv("WB_SLO_TTFT_MS", ""), os.getenv("WB_SLO_TPOT_MS", "")  # empty: derived
 KV_CONTEXT = int(os.getenv("WB_KV_CONTEXT", 128 if SMOKE else 0))  # 0: 1,024 on CPU, the model's limit on CUDA

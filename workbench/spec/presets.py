@@ -11,8 +11,8 @@
   against the full grid's 576 of 24).
 * ``"demo_cpu"``: notebook 02's default on the CPU, sized for ``make reports`` on 2 cores (every
   notebook's demo together in 20 minutes): the demo's studies and drafts with static k in (1, 4) (the
-  theory curves fill in k = 2), on 4 prompts (one results-store point per config and draft), 8 new
-  tokens each, and a 30-step distilled draft (96 runs of 8 tokens).
+  theory curves fill in k = 2), on 3 prompts (one results-store point per config and draft), 8 new
+  tokens each, and a 30-step distilled draft (72 runs of 8 tokens).
   :func:`demo_grid` picks ``"demo"`` or ``"demo_cpu"`` by device.
 * ``"smoke"``: the same shape at CI size (k = 1 and 2, 6 new tokens, 2 prompts, INT4 and a 5-step
   distilled draft on 60,000 characters of WikiText-2).
@@ -95,7 +95,7 @@ SPEC_GRIDS = {
     "full": SpecGrid(),
     "demo": SpecGrid(ks=(1, 2, 4), max_new_tokens=12, n_prompts=6, drafts=("int8", "int3", "distilled"),
                      distill_steps=50),
-    "demo_cpu": SpecGrid(ks=(1, 4), max_new_tokens=8, n_prompts=4, drafts=("int8", "int3", "distilled"),
+    "demo_cpu": SpecGrid(ks=(1, 4), max_new_tokens=8, n_prompts=3, drafts=("int8", "int3", "distilled"),
                          distill_steps=30),
     "smoke": SpecGrid(ks=(1, 2), k_policy=2, max_new_tokens=6, n_prompts=2, drafts=("int4", "distilled"),
                       distill_steps=5, distill_chars=60_000),  # two k values: the explorer's k slider moves

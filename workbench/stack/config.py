@@ -40,11 +40,14 @@ def demo_defaults(device="auto") -> dict:
       CPU they skip MMLU and timing (``0``, ``False``); on CUDA they stay the sweep's defaults
       (``None``: :func:`workbench.quant.sweep.default_mmlu_size`; ``True``).
 
+    * ``gen_len``: new tokens of the fixed batch-1 request: 16 on CUDA, 12 on the CPU (every one of the 8
+      combinations decodes it plainly and, with a draft, speculatively).
+
     Raises ``ValueError`` as :func:`workbench.device.resolve_device` does.
     """
     if resolve_device(device).type == "cuda":
-        return {"kv_context": None, "quant_questions": None, "quant_speed": True}
-    return {"kv_context": 1024, "quant_questions": 0, "quant_speed": False}
+        return {"kv_context": None, "quant_questions": None, "quant_speed": True, "gen_len": 16}
+    return {"kv_context": 1024, "quant_questions": 0, "quant_speed": False, "gen_len": 12}
 
 
 def _small_profile() -> ProfileConfig:
