@@ -30,10 +30,10 @@ CHROMIUM = os.environ.get("WB_CHROMIUM") or shutil.which("chromium") or "/usr/bi
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TOKEN = "workbench-browser-test"
-# stderr a notebook may still show, each until its source silences it: transformers 5.17 warns on every
-# decode with SmolLM2's tokenizer config (clean_up_tokenization_spaces=True on a BPE tokenizer); the fix
-# belongs where the tokenizer is loaded. Anything else on stderr fails the test.
-ALLOWED_STDERR = ("Ignoring clean_up_tokenization_spaces=True for BPE tokenizer",)
+# stderr a notebook may still show, each until its source silences it (none now: transformers' warning about
+# clean_up_tokenization_spaces on a BPE tokenizer is silenced where load_model returns the tokenizer).
+# Anything on stderr fails the test.
+ALLOWED_STDERR: tuple = ()
 
 # JavaScript run in the page (JupyterLab started with --LabApp.expose_app_in_browser, window.jupyterapp)
 _STATE = """() => {

@@ -251,7 +251,18 @@ def load_model(spec: str = "smollm2-135m", dtype: str | torch.dtype | None = Non
     if isinstance(tokenizer, (str, os.PathLike)) and kind != "random":
         prov["tokenizer"] = os.fspath(tokenizer)
     prov.update(dtype=dtype_name(dt), device=str(dev))
-    return attach(model, prov), tok
+    return attach(model, prov), _quiet_bpe_cleanup(tok)
+
+
+def _quiet_bpe_cleanup(tok):
+    """``tok`` with ``clean_up_tokenization_spaces`` off where its backend model is BPE. transformers 5.17
+    ignores that flag for BPE tokenizers anyway (the cleanup strips real spaces before punctuation) and warns
+    on the first decode that it does ("Ignoring clean_up_tokenization_spaces=True for BPE tokenizer ..."),
+    a warning the user cannot act on: SmolLM2's tokenizer config sets it. Decoded text is unchanged."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if getattr(tok, "clean_up_tokenization_spaces", False) and type(getattr(backend, "model", None)).__name__ == "BPE":
+        tok.clean_up_tokenization_spaces = False
+    return tok
 
 
 def check_tokenizers_match(tok_a, tok_b, probes: list[str] | None = None) -> None:
