@@ -33,7 +33,7 @@ Backends for ``y = x @ w_hat.T``:
   run a dense ``F.linear`` (cuBLAS): a prefill step is bound by compute, and this runs it at the dense rate plus
   one pass over the weight (about 19 GB for a 7B model). On the H200 the stacked study measured a 512-token
   Qwen2-7B prefill at 154 ms through ``"triton:rows"`` against 17 ms for bf16 (``benchmarks/results/
-  h200_2026-12-01b/stack/``).
+  h200_2026-12-01b/stack_rows_prefill/``), and 18.9 ms through ``"triton:dequant"`` (``.../stack/``).
 * ``"triton:rows"`` -- more rows than ``ROWS_MAX`` go through the same tensor-core GEMM in blocks of ``ROWS_MAX``
   rows (where it applies; tinygemm otherwise). tinygemm's time grows linearly with the rows: on the H200
   (``benchmarks/results/kernels_h200.json``, Qwen2-7B, M = 64) one layer's four matmuls take 1,058 us in
