@@ -59,3 +59,17 @@ def test_triton_dequant_backend_runs_prefill_rows_dense_and_keeps_no_unpacked_co
     ref = torch.nn.functional.linear(x, dequantize_int4(q, s, z, torch.float32))
     out = lin(x.to(DEV)).float().cpu()
     assert float((out - ref).norm() / ref.norm()) < 1e-6
+
+
+@needs_triton
+def test_group_that_is_a_multiple_of_128_but_not_a_power_of_two_is_refused_when_built():
+    """G = 384: the tensor-core GEMM's ``G // 8 = 48`` words are not a Triton range (a power of two), so the weight
+    must be refused at construction with the fix named, not built and then fail at the first decode step (it did:
+    ``int4_supported`` took any multiple of 128)."""
+    from workbench.kernels.rows import int4_supported
+
+    g = torch.Generator().manual_seed(0)
+    q, s, z = quantize_rtn_int4(torch.randn(16, 768, generator=g), 384)
+    assert not int4_supported(384, z, torch.float32) and int4_supported(256, z, torch.float32)
+    with pytest.raises(ValueError, match="power of two >= 32, got 384"):
+        Int4Linear(q, s, z, torch.float32, "triton:dequant", DEV)

@@ -152,7 +152,7 @@ def test_int4_supported_and_bad_input():
         rows.gemm_int4(torch.randn(65, 256).to(DEV), *args)
     with pytest.raises(ValueError, match="norm_weight"):
         rows.gemm_int4(torch.randn(2, 256).to(DEV), *args, "rmsnorm")
-    with pytest.raises(ValueError, match="multiple of 128"):
+    with pytest.raises(ValueError, match="power of two >= 128"):
         rows.gemm_int4(torch.randn(2, 256).to(DEV), *args[:3], 64, 64)
 
 

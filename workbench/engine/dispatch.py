@@ -13,7 +13,7 @@ bf16 / fp16 ``Dense``  :func:`workbench.kernels.gemv.gemv` (CUDA    :func:`workb
                        gemv_qkv_rope`)                              ``ops.qkv_rope_cache``
 W4A16 ``Int4Linear``   :meth:`Int4Linear.fused` =                   :meth:`Int4Linear.fused` =
 (``triton`` backend,   :func:`workbench.kernels.w4a16.gemv_fused`   :func:`workbench.kernels.rows.gemm_int4`
-G % 128 == 0)          (CUDA cores; qkv with the RoPE epilogue)     (tensor cores); qkv, then
+G = 128, 256, ...)     (CUDA cores; qkv with the RoPE epilogue)     (tensor cores); qkv, then
                                                                     ``ops.qkv_rope_cache``
 W4A16 ``Int4Linear``   :func:`workbench.kernels.w4a16.gemv_fused`   no fused kernel: these steps run unfused
 (``triton``, G a       (as above)                                   (``max_rows`` is 1)

@@ -42,11 +42,11 @@ from workbench.engine.weights import ModelWeights, random_weights, weights_from_
 
 def default_w4a16_backend(device: torch.device) -> str:
     """``"triton:dequant"`` on CUDA (the Triton kernels: for steps of up to 64 token rows the tensor-core GEMM of
-    :mod:`workbench.kernels.rows` where the group size is a multiple of 128, else the CUDA-core GEMV for one
+    :mod:`workbench.kernels.rows` where the group size is a power of two >= 128, else the CUDA-core GEMV for one
     row; more rows, i.e. prefill, dequantize the packed weight on the device and run cuBLAS, see
     :mod:`workbench.engine.int4`: on the H200 a 512-token Qwen2-7B prefill took 154 ms in 64-row blocks of the
-    tensor-core GEMM, ``"triton:rows"``, against 17 ms in bf16), ``"tinygemm"`` if triton does not import,
-    ``"dequant"`` on CPU.
+    tensor-core GEMM, ``"triton:rows"``, and 18.9 ms dequantized, against 17.4 / 13.1 ms in bf16 in the same
+    runs), ``"tinygemm"`` if triton does not import, ``"dequant"`` on CPU.
     gemlite (``"triton:gemlite"``) is opt-in: it returned NaN in one engine configuration on the H200 (cause
     not established, ``benchmarks/RESULTS.md``)."""
     if device.type != "cuda":
@@ -145,6 +145,9 @@ class Engine:
         use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph capture) and drops
         captured graphs, which keep the old choice. On CPU they run only under ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
+        # and their memory pool: capturing into the old pool after a switch tripped torch 2.11's caching allocator
+        # on the H200 ("it->second->use_count > 0" at capture_begin; benchmarks/results/h200_2026-12-01b/w4_onerow)
+        self._pool = None
         # (the fused qkv matmuls write a compute-dtype KV cache: none with another KV-cache format)
         self.fused = dispatch.build(self, max_rows, min_rows=min_rows) if on and self.kvq is None else None
         return self.fused is not None

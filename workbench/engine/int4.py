@@ -19,7 +19,7 @@ Backends for ``y = x @ w_hat.T``:
 * ``"tinygemm"`` -- ``torch.ops.aten._weight_int4pack_mm`` (CUDA, bf16), stores
   ``w_hat = (q - 8) * scale + (8 - zero) * scale``.
 * ``"gemlite"``  -- ``gemlite.GemLiteLinear`` Triton kernels (Mobius Labs), ``w_hat = q*scale - zero*scale``.
-* ``"triton"`` -- the Triton kernels: for a group size that is a multiple of 128 with integer zeros, the
+* ``"triton"`` -- the Triton kernels: for a group size that is a power of two >= 128 with integer zeros, the
   tensor-core GEMM of :mod:`workbench.kernels.rows` for ``M <= ROWS_MAX`` (= 64) rows (decode batches,
   verify steps; it also takes the engine's fused RMSNorm / SwiGLU / residual / RoPE operations, :meth:`fused`);
   otherwise the CUDA-core GEMV of :mod:`workbench.kernels.w4a16` for ``M <= SMALL_M`` (= 1) rows (tuned per
@@ -32,8 +32,9 @@ Backends for ``y = x @ w_hat.T``:
   packed weight on the device (:func:`workbench.kernels.int4_dequant.dequantize_packed`, one pass over it) and
   run a dense ``F.linear`` (cuBLAS): a prefill step is bound by compute, and this runs it at the dense rate plus
   one pass over the weight (about 19 GB for a 7B model). On the H200 the stacked study measured a 512-token
-  Qwen2-7B prefill at 154 ms through ``"triton:rows"`` against 17 ms for bf16 (``benchmarks/results/
-  h200_2026-12-01b/stack_rows_prefill/``), and 18.9 ms through ``"triton:dequant"`` (``.../stack/``).
+  Qwen2-7B prefill at 154 ms through ``"triton:rows"`` (bf16 17.4 ms in that run, ``benchmarks/results/
+  h200_2026-12-01b/stack_rows_prefill/``) and 18.9 ms through ``"triton:dequant"`` (bf16 13.1 ms in that
+  run, ``.../stack/``).
 * ``"triton:rows"`` -- more rows than ``ROWS_MAX`` go through the same tensor-core GEMM in blocks of ``ROWS_MAX``
   rows (where it applies; tinygemm otherwise). tinygemm's time grows linearly with the rows: on the H200
   (``benchmarks/results/kernels_h200.json``, Qwen2-7B, M = 64) one layer's four matmuls take 1,058 us in
@@ -164,7 +165,7 @@ class Int4Linear:
             self.tc = rows.int4_supported(g, zeros, dtype)
             if not self.tc and (g < 32 or g & (g - 1)):
                 raise ValueError(f"backend {backend!r}: the Triton kernels need a group_size that is a power of two "
-                                 f">= 32 or a multiple of 128, got {g}")
+                                 f">= 32, got {g}")
             self.qw = pack_int4_gemv(q, g)  # [N, K // 8] int32, shuffled within each group
             self.s_t = scales.t().contiguous()  # [K // G, N]
             self.z_t = zeros.t().contiguous()  # [K // G, N]

@@ -358,10 +358,10 @@ def gemm(x: torch.Tensor, w: torch.Tensor, prologue: str = "none", norm_weight: 
 
 
 def int4_supported(group: int, zeros: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether :func:`gemm_int4` takes this weight: ``group`` a multiple of 128 (one group's sub-tile is a
-    16-deep MMA step), integer zeros with ``|zero| < 2**7`` (so ``2**7 + zero`` is exact in bf16), activations
-    bf16, fp16 or float32."""
-    return (group % 128 == 0 and dtype in (torch.bfloat16, torch.float16, torch.float32)
+    """Whether :func:`gemm_int4` takes this weight: ``group`` a power of two >= 128 (one group's sub-tile is a
+    16-deep MMA step, and its ``group // 8`` words are a Triton range, which must be a power of two), integer
+    zeros with ``|zero| < 2**7`` (so ``2**7 + zero`` is exact in bf16), activations bf16, fp16 or float32."""
+    return (group % 128 == 0 and not group & (group - 1) and dtype in (torch.bfloat16, torch.float16, torch.float32)
             and bool(torch.equal(zeros, zeros.round())) and float(zeros.abs().max()) < 128)
 
 
@@ -375,9 +375,10 @@ def gemm_int4(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tenso
     k = qw.shape[1] * 8
     m = x.shape[0]
     x = _rows_args(x, m, prologue, norm_weight, residual, k, n)
-    if group % 128 or k % group or qw.shape[0] != n or s.shape != (k // group, n) or z.shape != s.shape:
+    bad_group = group % 128 or group & (group - 1) or k % group
+    if bad_group or qw.shape[0] != n or s.shape != (k // group, n) or z.shape != s.shape:
         raise ValueError(f"qw {tuple(qw.shape)}, s {tuple(s.shape)}, z {tuple(z.shape)}, group={group}: want "
-                         f"[N, K // 8], [K // G, N] twice and G a multiple of 128 dividing K")
+                         f"[N, K // 8], [K // G, N] twice and G a power of two >= 128 dividing K")
     block_n, split_k, warps, stages = cfg or _cfg("int4", n, k, m, prologue, residual, rope, x.dtype)
     ng = k // group
     per = triton.cdiv(ng, split_k)  # groups per split
