@@ -156,3 +156,45 @@ def test_w4a16_one_row_steps_take_the_fused_gemv(arch, group, monkeypatch):
     tok_deq, logits_deq = _greedy(deq, prompt, 3)
     assert torch.equal(tok_deq, tok)
     torch.testing.assert_close(logits, logits_deq, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_awq_under_gqa_takes_the_fused_one_row_path(monkeypatch):
+    """An AWQ model whose o_proj keeps its input scale (GQA: 2 heads, 1 key/value head; down's scale is folded
+    into up's rows) runs its one-row steps fused (the division as its own kernel before the fused o GEMV) and
+    matches the dequantized-weights engine. On the code before it, o's ``InputScaled`` had no fused kernel: no
+    fused path for any AWQ model (``set_fused_gemv`` returned False)."""
+    from workbench.engine import dispatch
+    from workbench.engine.runtime import InputScaled
+    from workbench.kernels import w4a16
+    from workbench.quant import QuantConfig, quantize
+
+    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
+    monkeypatch.setattr(w4a16, "DEFAULT", (128, 1, 2, 4, 1))  # untuned shapes: fewer interpreter programs
+    calib = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(5))
+    q, _ = quantize(_model().cpu(), QuantConfig(method="awq", bits=4, group_size=64), calib)
+    q = q.to(DEV)
+    kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "quant_runtime": "kernels"}
+    e = Engine.from_hf(q, w4a16_backend="triton:dequant", **kw)
+    assert isinstance(e.w.layers[0].wo, InputScaled)
+    so = e.w.layers[0].wo.s
+    assert not torch.equal(so, torch.ones_like(so))
+    assert e.set_fused_gemv(True) is True and (e.fused.min_rows, e.fused.max_rows) == (1, 1)
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(6)).to(DEV)
+    ref = _steps(Engine.from_hf(q, w4a16_backend="dequant", **kw), ids)
+    torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
+
+
+def test_one_row_fused_auto_follows_the_group(monkeypatch):
+    """``dispatch.INT4_ONE_ROW_FUSED = "auto"``: one-row W4A16 steps fused only where the model has no fused path
+    for more rows (group 64); group 128 keeps 2..64 rows; bf16 is unaffected."""
+    from workbench.engine import dispatch
+
+    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", "auto")
+    kw = {"max_batch": 1, "max_seq": 16, "use_graphs": False, "w4a16": "rtn", "w4a16_backend": "triton:dequant"}
+    m = _model()
+    assert dispatch.default_rows(Engine.from_hf(m, group_size=64, **kw).w) == (1, 64)
+    assert dispatch.default_rows(Engine.from_hf(m, group_size=128, **kw).w) == (2, 64)
+    assert dispatch.default_rows(Engine.from_hf(m, max_batch=1, max_seq=16, use_graphs=False).w) == (1, 1)
+    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
+    assert dispatch.default_rows(Engine.from_hf(m, group_size=128, **kw).w) == (1, 64)

@@ -100,15 +100,54 @@ def test_every_block_matmul_is_quantized_and_bytes_are_the_runtime_format():
                                                              for p in ("q_proj", "k_proj", "v_proj")]))
 
 
-def test_awq_scale_folded_into_rmsnorm_and_applied_to_o_and_down():
+def test_awq_scale_folded_into_rmsnorm_and_up_rows_and_applied_to_o_under_gqa():
     q, _ = quantize(_model(), QuantConfig(method="awq", bits=4, group_size=64), CALIB)
-    eng = Engine.from_hf(q, max_seq=32)
+    eng = Engine.from_hf(q, max_seq=32, quant_runtime="kernels")
     lw, blk = eng.w.layers[0], q.model.layers[0]
     s = blk.self_attn.q_proj.input_scale
     assert not torch.equal(s, torch.ones_like(s))  # AWQ chose a non-trivial scale
     torch.testing.assert_close(lw.ln1, blk.input_layernorm.weight / s)  # folded: ln / s
-    assert isinstance(lw.wo, InputScaled) and isinstance(lw.wd, InputScaled)
-    assert torch.equal(lw.wd.s, blk.mlp.down_proj.input_scale)
+    # o under GQA (4 heads, 2 key/value heads): one v channel feeds two o channels, so o divides its input
+    assert isinstance(lw.wo, InputScaled) and torch.equal(lw.wo.s, blk.self_attn.o_proj.input_scale)
+    # down's scale went into the group scales of up's output rows (the codes unchanged): no runtime op left
+    # (the old code kept InputScaled on down: one more kernel per layer, and no fused one-row path on the GPU)
+    assert isinstance(lw.wd, Int4Linear)
+    sd, up = blk.mlp.down_proj.input_scale.float(), blk.mlp.up_proj
+    n = up.out_features
+    assert torch.equal(lw.wgu.q[n:], up.codes())
+    torch.testing.assert_close(lw.wgu.scales[n:].float(), up.quant_params()["scales"].float() / sd[:, None])
+
+
+def test_awq_o_scale_folded_into_v_rows_when_every_head_has_its_value_head():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    m = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # a salient channel of the attention output, so that o's AWQ scale is not trivial
+        m.model.layers[0].self_attn.v_proj.weight[:3] *= 30
+    q, _ = quantize(m, QuantConfig(method="awq", bits=4, group_size=64), CALIB)
+    so = q.model.layers[0].self_attn.o_proj.input_scale
+    assert not torch.equal(so, torch.ones_like(so))
+    eng = Engine.from_hf(q, max_seq=32, quant_runtime="kernels")
+    lw = eng.w.layers[0]
+    assert isinstance(lw.wo, Int4Linear) and isinstance(lw.wd, Int4Linear)
+    with torch.no_grad():
+        want = q(IDS).logits[0]
+    torch.testing.assert_close(eng.runner().extend(IDS[0]), want, atol=2e-5, rtol=1e-4)
+
+
+def test_awq_down_fold_survives_the_dense_fallback():
+    # gate quantized with other groups than up: gate_up cannot fuse and runs dense; the fold of down's scale into
+    # up's rows must then be in the dense weight (down no longer divides its input)
+    q, _ = quantize(_model(), QuantConfig(method="awq", bits=4, group_size=64), CALIB)
+    q32, _ = quantize(_model(), QuantConfig(bits=4, group_size=32))
+    q.model.layers[0].mlp.gate_proj = q32.model.layers[0].mlp.gate_proj
+    with pytest.warns(UserWarning, match="gate_up"):
+        eng = Engine.from_hf(q, max_seq=32, quant_runtime="kernels")
+    assert eng.w.labels["layers.0.gate_up"].startswith("dense (")
+    with torch.no_grad():
+        want = q(IDS).logits[0]
+    torch.testing.assert_close(eng.runner().extend(IDS[0]), want, atol=2e-5, rtol=1e-4)
 
 
 def test_w8_per_channel_uses_int8pack_and_folds_symmetric_zero():

@@ -23,7 +23,8 @@ not a multiple of 128)
 
 with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
 the epilogue of o and down. Steps of more rows (prefill) and models with a matmul no fused kernel takes (an o_proj
-bias, an AWQ input scale left on o / down, another INT4 backend) run the unfused path.
+bias, another INT4 backend) run the unfused path; an AWQ input scale left on o (GQA; the engine folds the
+others, :func:`workbench.engine.weights._quantized_layer`) runs as its own division before the fused o call.
 
 Which rows take the fused path by default follows the H200 measurements (``benchmarks/RESULTS.md``, kernels
 section): bf16 models only ``M = 1`` (for 2..64 rows the engine's cuBLAS path measured faster than the fused
@@ -45,6 +46,7 @@ import warnings
 import torch
 
 from workbench.engine.int4 import Int4Linear
+from workbench.engine.runtime import InputScaled
 from workbench.engine.weights import Dense
 
 ROWS_MAX = 64  # rows up to which the few-row kernels run (workbench.kernels.rows.ROWS_MAX)
@@ -62,7 +64,11 @@ INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
 # the H200 (benchmarks/results/h200_2026-12-01b/stack/) W4A16 batch-1 decode of random-init Qwen2-7B measured
 # 286 tokens/s with it on, against 321 tokens/s unfused in the run before (bf16 260 and 237 tokens/s: not an A/B in
 # one run, so not settled); Engine.set_fused_gemv(True, min_rows=1) turns it on for an engine
-INT4_ONE_ROW_FUSED = False
+# "auto": on only for a model whose INT4 matmuls have no fused kernel for more rows (a group the tensor-core kernel
+# does not take, e.g. 64: without it such a model has no fused path at all). The environment variable
+# WORKBENCH_INT4_ONE_ROW_FUSED ("0", "1", "auto"), read at import, overrides it (benchmarks A/B it that way).
+INT4_ONE_ROW_FUSED: bool | str = {"1": True, "0": False, "auto": "auto"}.get(
+    os.environ.get("WORKBENCH_INT4_ONE_ROW_FUSED", ""), False)
 
 
 class FusedMatmuls:
@@ -91,7 +97,15 @@ class FusedMatmuls:
 
     def linear(self, lin, x: torch.Tensor, prologue: str = "none", norm_weight=None, eps: float = 1e-6,
                residual=None) -> torch.Tensor:
-        """``f(x) @ W.T (+ residual)``: ``x`` ``[M, K]`` (``[M, 2K]`` for "swiglu"), ``residual`` ``[M, N]``."""
+        """``f(x) @ W.T (+ residual)``: ``x`` ``[M, K]`` (``[M, 2K]`` for "swiglu"), ``residual`` ``[M, N]``.
+        An AWQ input scale left on the matmul (:class:`~workbench.engine.runtime.InputScaled`: o_proj under GQA)
+        divides ``f(x)`` first, with the prologue, as their own kernels."""
+        if isinstance(lin, InputScaled):
+            if prologue == "rmsnorm":
+                x = self.ops.add_rmsnorm(x, None, norm_weight, eps)[0]
+            elif prologue == "swiglu":
+                x = self.ops.silu_mul(x)
+            x, lin, prologue = x / lin.s, lin.inner, "none"
         if isinstance(lin, Int4Linear):
             x, prologue = self._int4_args(lin, x, prologue, norm_weight, eps)
             return lin.fused(x, prologue, norm_weight, eps, residual)
@@ -115,6 +129,8 @@ class FusedMatmuls:
 
 
 def _max_rows(lin) -> int:
+    if isinstance(lin, InputScaled):
+        lin = lin.inner
     if isinstance(lin, Int4Linear):
         return lin.fused_max_rows()
     return ROWS_MAX if isinstance(lin, Dense) else 0
@@ -125,8 +141,13 @@ def default_rows(weights) -> tuple[int, int]:
     ``(1, 64)`` with :data:`INT4_ONE_ROW_FUSED`; else ``(1, 1)`` (see the module docstring); :func:`build` cuts
     ``max_rows`` to what every matmul takes (1 for a model whose INT4 weights only the one-row GEMV takes, which
     then has no fused path unless one-row steps take it)."""
-    if any(isinstance(m, Int4Linear) for m in weights.matmuls()):
-        return (1 if INT4_ONE_ROW_FUSED else 2, ROWS_MAX)
+    int4 = [getattr(m, "inner", m) for m in weights.matmuls()]
+    int4 = [m for m in int4 if isinstance(m, Int4Linear)]
+    if int4:
+        one_row = INT4_ONE_ROW_FUSED
+        if one_row == "auto":
+            one_row = min(m.fused_max_rows() for m in int4) <= 1
+        return (1 if one_row else 2, ROWS_MAX)
     return (1, 1)
 
 

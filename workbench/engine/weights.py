@@ -121,11 +121,20 @@ def _dense(linear) -> torch.Tensor:
     return eff() if callable(eff) else linear.weight
 
 
-def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, cache: bool = False):
+def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, cache: bool = False,
+             row_scale: dict | None = None):
     """The engine matmul for the Linears ``mods`` fused along ``out`` and the AWQ input scale left for
     the caller (``None`` if none): quantized matmuls when every module is quantized and they fuse,
-    else the dense (dequantized, AWQ scale included) weight with a warning unless all are float."""
+    else the dense (dequantized, AWQ scale included) weight with a warning unless all are float.
+
+    ``row_scale``: ``{index into mods: r [out] float32}``, each output row ``o`` of that module multiplied by
+    ``r[o]`` (its group scales, so the codes are unchanged: ``W_hat[o] * r[o] = (q[o] - z[o]) * (s[o] r[o])``);
+    only applied to quantized modules, use :func:`_row_foldable` first."""
     params = [quant_params_of(m) for m in mods]
+    for i, r in (row_scale or {}).items():
+        if params[i] is not None:
+            params[i] = {**params[i], "scales": params[i]["scales"].float() * r.float().to(
+                params[i]["scales"].device)[:, None]}
     if all(p is None for p in params):
         labels[key] = "dense"
         w = mods[0].weight if len(mods) == 1 else torch.cat([m.weight for m in mods], 0)
@@ -142,7 +151,10 @@ def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, ca
         return lin, None if s is None else s.to(device, torch.float32)
     warnings.warn(f"{key}: {reason}; it runs dense (dequantized weights)", stacklevel=3)
     labels[key] = f"dense ({reason})"
-    return Dense(torch.cat([_dense(m) for m in mods], 0).to(device, dtype)), None
+    rows = row_scale or {}
+    dense = [_dense(m) if i not in rows else _dense(m) * rows[i].to(_dense(m).device)[:, None]
+             for i, m in enumerate(mods)]
+    return Dense(torch.cat(dense, 0).to(device, dtype)), None
 
 
 def _fold(ln: torch.Tensor, s, dtype) -> torch.Tensor:
@@ -154,14 +166,37 @@ def _scaled(lin, s, dtype):
     return lin if s is None else InputScaled(lin, s.to(dtype))
 
 
+def _row_foldable(prev, nxt) -> bool:
+    """Whether ``nxt``'s AWQ input scale can go into the output rows of the quantized ``prev`` whose output
+    reaches ``nxt`` only through ops linear per channel: ``up`` -> ``down`` (``silu(gate) * up``), and
+    ``v`` -> ``o`` when every attention head has its own value head (the attention output of channel ``c`` is a
+    weighted sum of channel ``c`` of v; under GQA one v channel feeds several o channels, whose scales differ)."""
+    p, q = quant_params_of(prev), quant_params_of(nxt)
+    return p is not None and q is not None and q["input_scale"] is not None and q["q"].shape[1] == p["q"].shape[0]
+
+
 def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, cache: bool) -> LayerWeights:
-    """One decoder block whose Linears may be quantized (``quant_params``), on the runtime matmuls."""
+    """One decoder block whose Linears may be quantized (``quant_params``), on the runtime matmuls.
+
+    AWQ's input scales leave no runtime op where an exact fold exists (AutoAWQ's ``apply_scale`` folds them the
+    same way, into the previous op, before quantizing): q/k/v's and gate/up's ``1 / s`` into the RMSNorm weight
+    in front (:func:`_fold`), down's into the rows of up (the group scales of up's output rows ``o`` times
+    ``1 / s_down[o]``: ``down((silu(g) * up) / s) = down(silu(g) * (up / s))``), o's into the rows of v when
+    there are as many key/value heads as heads; what is left (o under GQA) divides the activation
+    (:class:`InputScaled`). The folds are exact in real arithmetic; in bf16 the folded scales round once more."""
     a, m = blk.self_attn, blk.mlp
     key = pre.replace("model.", "")
-    wqkv, s_qkv = _runtime([a.q_proj, a.k_proj, a.v_proj], dtype, device, backend, key + "qkv", labels, cache)
+    fold_o = _row_foldable(a.v_proj, a.o_proj) and a.k_proj.out_features == a.q_proj.out_features
+    fold_d = _row_foldable(m.up_proj, m.down_proj)
+    inv = (lambda mod: 1.0 / quant_params_of(mod)["input_scale"].float())
+    wqkv, s_qkv = _runtime([a.q_proj, a.k_proj, a.v_proj], dtype, device, backend, key + "qkv", labels, cache,
+                           {2: inv(a.o_proj)} if fold_o else None)
     wo, s_o = _runtime([a.o_proj], dtype, device, backend, key + "o", labels, cache)
-    wgu, s_gu = _runtime([m.gate_proj, m.up_proj], dtype, device, backend, key + "gate_up", labels, cache)
+    wgu, s_gu = _runtime([m.gate_proj, m.up_proj], dtype, device, backend, key + "gate_up", labels, cache,
+                         {1: inv(m.down_proj)} if fold_d else None)
     wd, s_d = _runtime([m.down_proj], dtype, device, backend, key + "down", labels, cache)
+    s_o = None if fold_o else s_o
+    s_d = None if fold_d else s_d
     biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
     return LayerWeights(
         ln1=_fold(blk.input_layernorm.weight.to(device), s_qkv, dtype), wqkv=wqkv,
