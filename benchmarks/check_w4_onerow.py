@@ -129,7 +129,7 @@ def _set(eng, variant: str) -> list | None:
     if variant == "fused_sep_prologues":
         dispatch.INT4_GEMV_PROLOGUES = {"rmsnorm": False, "swiglu": False}
     try:
-        if variant == "unfused":  # one-row steps unfused, 2..64 rows as by default (dispatch.INT4_ONE_ROW_FUSED off)
+        if variant == "unfused":  # one-row steps unfused, 2..64 rows (dispatch.INT4_ONE_ROW_FUSED False)
             eng.set_fused_gemv(True, min_rows=2)
         else:
             eng.set_fused_gemv(True, min_rows=1)

@@ -55,7 +55,7 @@ def test_fused_steps_equal_unfused(w4a16):
     assert e.set_fused_gemv(True, max_rows=64, min_rows=1) is True and e.fused.max_rows == 64
     got = _steps(e, ids)
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4)
-    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16: 2..64 rows, dispatch.INT4_ONE_ROW_FUSED off)
+    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16 g128: 2..64 rows, dispatch.INT4_ONE_ROW_FUSED "auto")
     assert (e.fused.min_rows, e.fused.max_rows) == ((2, 64) if w4a16 else (1, 1))
     torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
 

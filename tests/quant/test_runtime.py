@@ -220,7 +220,10 @@ def test_cuda_engine_on_the_kernels_equals_dequantized_forward(name):
     with torch.no_grad():
         want = q(ids).logits[0].float()
     eng = Engine.from_hf(q, max_seq=32)
-    assert not any("dequant" in v for k, v in eng.w.labels.items() if k != "lm_head"), eng.w.labels
+    # no matmul on the dense fallback or the per-call "dequant" backend ("int4 triton:dequant": the Triton GEMV for
+    # one row, dequantize + cuBLAS for more, the CUDA default)
+    assert not any(v.startswith(("dense", "int4 dequant")) for k, v in eng.w.labels.items() if k != "lm_head"), \
+        eng.w.labels
     prefill = eng.runner().extend(ids[0, :8])
     steps = torch.cat([eng.runner().extend(ids[0, t:t + 1]) for t in range(8, 12)])
     got = torch.cat([prefill, steps])

@@ -32,9 +32,9 @@ tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qw
 64``, with the INT4 prologues as their own kernels (:data:`INT4_PROLOGUES`). The fused one-row W4A16 path (the
 same CUDA-core INT4 GEMV as the unfused path, faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B /
 Llama-3-8B shape, with RMSNorm / SwiGLU inside it, :data:`INT4_GEMV_PROLOGUES`, and the residual add and the qkv
-RoPE + KV write as its epilogue: fewer launches per layer than the unfused path) is off by default
-(:data:`INT4_ONE_ROW_FUSED`: not faster on Qwen2-7B in the one measurement made); with it on, ``max_rows`` is cut
-to 1 where a matmul has only the one-row kernel (group 64). ``Engine.set_fused_gemv(on, max_rows, min_rows)``
+RoPE + KV write as its epilogue: fewer launches per layer than the unfused path) is on by default only
+where a model has no fused multi-row path (:data:`INT4_ONE_ROW_FUSED` "auto": faster on SmolLM2-135M g64, slower
+on Qwen2-7B g128); with it on, ``max_rows`` is cut to 1 where a matmul has only the one-row kernel (group 64). ``Engine.set_fused_gemv(on, max_rows, min_rows)``
 overrides the range (``min_rows=1``: one-row W4A16 steps fused).
 """
 
@@ -60,15 +60,15 @@ INT4_PROLOGUES = {"rmsnorm": False, "swiglu": False}
 # once per program), False as its own kernel before it (as the unfused path does); read when the fused calls are
 # built. Which is faster is to be measured (benchmarks/check_w4_onerow.py compares both)
 INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
-# one-row W4A16 steps take the fused GEMV by default (True) or the unfused path (False). Off: in the stacked study on
-# the H200 (benchmarks/results/h200_2026-12-01b/stack/) W4A16 batch-1 decode of random-init Qwen2-7B measured
-# 286 tokens/s with it on, against 321 tokens/s unfused in the run before (bf16 260 and 237 tokens/s: not an A/B in
-# one run, so not settled); Engine.set_fused_gemv(True, min_rows=1) turns it on for an engine
-# "auto": on only for a model whose INT4 matmuls have no fused kernel for more rows (a group the tensor-core kernel
-# does not take, e.g. 64: without it such a model has no fused path at all). The environment variable
+# one-row W4A16 steps take the fused GEMV (True), the unfused path (False), or "auto" (the default): on only for a
+# model whose INT4 matmuls have no fused kernel for more rows (a group the tensor-core kernel does not take, e.g. 64:
+# without it such a model has no fused path at all). The A/B on the H200 (benchmarks/check_w4_onerow.py, both
+# variants in one run, fresh engines, CUDA graphs; benchmarks/results/h200_2026-12-01c/w4/) measured batch-1 decode
+# of random-init SmolLM2-135M W4A16 g64 at 0.736 ms fused vs 0.825 ms unfused, and of Qwen2-7B g128 at 3.350 ms
+# fused vs 2.635 ms unfused (2.607 ms with the prologues as their own kernels). The environment variable
 # WORKBENCH_INT4_ONE_ROW_FUSED ("0", "1", "auto"), read at import, overrides it (benchmarks A/B it that way).
 INT4_ONE_ROW_FUSED: bool | str = {"1": True, "0": False, "auto": "auto"}.get(
-    os.environ.get("WORKBENCH_INT4_ONE_ROW_FUSED", ""), False)
+    os.environ.get("WORKBENCH_INT4_ONE_ROW_FUSED", ""), "auto")
 
 
 class FusedMatmuls:

@@ -138,8 +138,8 @@ class Engine:
 
     def set_fused_gemv(self, on: bool, max_rows: int | None = None, min_rows: int | None = None) -> bool:
         """Run steps of ``min_rows`` to ``max_rows`` token rows (default :func:`~workbench.engine.dispatch.
-        default_rows`: bf16 1..1, W4A16 2..64; with ``dispatch.INT4_ONE_ROW_FUSED`` 1..64, or 1..1 where an INT4 weight
-        has only the one-row kernel) through
+        default_rows`: bf16 1..1, W4A16 2..64, or 1..1 for a model whose INT4 weights have only the one-row kernel
+        (``dispatch.INT4_ONE_ROW_FUSED`` "auto"; True: 1..64)) through
         the fused kernels of :mod:`workbench.engine.dispatch` (RMSNorm, SwiGLU, residual adds and, for one row,
         RoPE + KV write inside the matmuls) if ``on`` and the model allows it. Returns whether they are now in
         use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph capture) and drops

@@ -34,7 +34,8 @@ Backends for ``y = x @ w_hat.T``:
   one pass over the weight (about 19 GB for a 7B model). On the H200 the stacked study measured a 512-token
   Qwen2-7B prefill at 154 ms through ``"triton:rows"`` (bf16 17.4 ms in that run, ``benchmarks/results/
   h200_2026-12-01b/stack_rows_prefill/``) and 18.9 ms through ``"triton:dequant"`` (bf16 13.1 ms in that
-  run, ``.../stack/``).
+  run, ``.../stack/``). On a weight the tensor-core GEMM does not take, 2..``ROWS_MAX`` rows (decode batches)
+  run tinygemm first (:data:`FEW_ROWS_TINYGEMM`, bf16 on CUDA; a second packing of the weight).
 * ``"triton:rows"`` -- more rows than ``ROWS_MAX`` go through the same tensor-core GEMM in blocks of ``ROWS_MAX``
   rows (where it applies; tinygemm otherwise). tinygemm's time grows linearly with the rows: on the H200
   (``benchmarks/results/kernels_h200.json``, Qwen2-7B, M = 64) one layer's four matmuls take 1,058 us in
@@ -53,6 +54,12 @@ SMALL_M = 1  # rows up to which the CUDA-core Triton GEMV is used where the tens
 ROWS_MAX = 64  # rows up to which the tensor-core GEMM is used (workbench.kernels.rows.ROWS_MAX)
 ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: on the H200 it beats the tensor-core
 # GEMM at M = 1 on every Qwen2-7B / Llama-3-8B matmul (e.g. gate_up 32.0 vs 36.6 us; benchmarks/RESULTS.md)
+# "triton:dequant" on a weight the tensor-core GEMM does not take (a group of 32 or 64, e.g. every 576-wide layer
+# of SmolLM2-135M): 2..ROWS_MAX rows (decode batches, verify steps) go through tinygemm (a second packing of the
+# weight, bf16 on CUDA), more rows dequantize. Dequantizing for every decode step of 8 rows made the built-in
+# model's W4A16 batch-8 decode 3.2-3.4 ms on the H200 against bf16's 1.14 (01 notebook, benchmarks/results/
+# h200_2026-12-01c/); tinygemm there measured 1.30-1.74 ms (bf16 1.57) in the run before.
+FEW_ROWS_TINYGEMM = True
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
             "triton:dequant")
@@ -152,6 +159,7 @@ class Int4Linear:
         zeros = zeros.to(device=device, dtype=dtype)
         self.small, self.large = small, large
         self.small_rows = SMALL_M  # rows the small kernel takes
+        self.mid = None  # a kernel for small_rows < M <= ROWS_MAX rows before the large one (see FEW_ROWS_TINYGEMM)
         self.tc = False  # the tensor-core GEMM applies (workbench.kernels.rows)
         if "dequant" in (small, large) and small != "triton":  # "triton:dequant" dequantizes from its packed words
             self.q, self.scales, self.zeros = q, scales, zeros
@@ -173,7 +181,10 @@ class Int4Linear:
             self.small_rows = ROWS_MAX if self.tc else SMALL_M
             if large == "rows" and not self.tc:  # the tensor-core GEMM does not take this weight
                 self.large = large = "tinygemm"
-        if "tinygemm" in (small, large):
+            if (large == "dequant" and not self.tc and FEW_ROWS_TINYGEMM and device.type == "cuda"
+                    and dtype == torch.bfloat16):
+                self.mid = "tinygemm"
+        if "tinygemm" in (small, large) or self.mid == "tinygemm":
             packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
             self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, tinygemm_inner_k_tiles(self.in_features))
             sz = torch.stack((scales, (8 - zeros) * scales), dim=-1)  # [out, G, 2]
@@ -271,7 +282,8 @@ class Int4Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
-        kernel = self.small if x.shape[0] <= self.small_rows else self.large
+        m = x.shape[0]
+        kernel = self.small if m <= self.small_rows else self.mid if self.mid and m <= ROWS_MAX else self.large
         if kernel == "triton" and self.tc and not (x.shape[0] == 1 and self.one_row_gemv()):
             return self.fused(x)
         if kernel == "triton":
