@@ -83,7 +83,6 @@ def test_triton_dequant_few_rows_of_a_non_tensor_core_group_go_through_tinygemm(
     dequantized; group 128 keeps the tensor-core GEMM. Every row count matches the dequantized reference to bf16
     tolerance, and the kernel named is the one called (on the code before it, 8 rows dequantized the weight every
     call: 3.2 ms against bf16's 1.14 ms at batch 8 on the built-in model)."""
-    import workbench.engine.int4 as int4
     from workbench.kernels import int4_dequant
 
     g = torch.Generator().manual_seed(group + m)
@@ -93,7 +92,7 @@ def test_triton_dequant_few_rows_of_a_non_tensor_core_group_go_through_tinygemm(
     called = []
     real_mm, real_deq = torch.ops.aten._weight_int4pack_mm, int4_dequant.dequantize_packed
     monkeypatch.setattr(int4_dequant, "dequantize_packed", lambda *a: called.append("dequant") or real_deq(*a))
-    monkeypatch.setattr(int4.torch.ops.aten, "_weight_int4pack_mm",
+    monkeypatch.setattr(torch.ops.aten, "_weight_int4pack_mm",
                         lambda *a: called.append("tinygemm") or real_mm(*a), raising=False)
     x = torch.randn(m, q.shape[1], generator=g).to("cuda", torch.bfloat16)
     ref = torch.nn.functional.linear(x.float(), dequantize_int4(q, s, z, torch.float32).cuda())
