@@ -57,8 +57,8 @@ ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: 
 # "triton:dequant" on a weight the tensor-core GEMM does not take (a group of 32 or 64, e.g. every 576-wide layer
 # of SmolLM2-135M): 2..ROWS_MAX rows (decode batches, verify steps) go through tinygemm (a second packing of the
 # weight, bf16 on CUDA), more rows dequantize. Dequantizing for every decode step of 8 rows made the built-in
-# model's W4A16 batch-8 decode 3.2-3.4 ms on the H200 against bf16's 1.14 (01 notebook, benchmarks/results/
-# h200_2026-12-01c/); tinygemm there measured 1.30-1.74 ms (bf16 1.57) in the run before.
+# model's W4A16 batch-8 decode 2.6-3.4 ms on the H200 against bf16's 1.14 (01 notebook, benchmarks/results/
+# h200_2026-12-01c/); with tinygemm 1.18-2.09 ms (bf16 1.39 in that run; benchmarks/RESULTS.md, evening section).
 FEW_ROWS_TINYGEMM = True
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
