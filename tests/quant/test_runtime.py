@@ -254,3 +254,27 @@ def test_engine_does_not_import_the_quantization_package():
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(m.startswith("workbench.quant") for m in mods), f"{f.name} imports {mods}"
+
+
+def test_awq_o_scale_fold_into_v_scales_the_v_bias_too():
+    # Qwen2 (q/k/v biases) with as many key/value heads as heads: o's AWQ scale goes into v's rows, and v's bias
+    # must be divided by it as well (o reads attn(x W_v^T + b_v) / s_o); without that the logits differ
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    m = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        attn = m.model.layers[0].self_attn
+        attn.v_proj.weight[:3] *= 30
+        for lin in (attn.q_proj, attn.k_proj, attn.v_proj):
+            lin.bias.normal_(0, 0.5)  # HF initialises them to zero
+    q, _ = quantize(m, QuantConfig(method="awq", bits=4, group_size=64), CALIB)
+    so = q.model.layers[0].self_attn.o_proj.input_scale
+    assert not torch.equal(so, torch.ones_like(so))
+    eng = Engine.from_hf(q, max_seq=32, quant_runtime="kernels")
+    assert isinstance(eng.w.layers[0].wo, Int4Linear)
+    with torch.no_grad():
+        want = q(IDS).logits[0]
+    torch.testing.assert_close(eng.runner().extend(IDS[0]), want, atol=2e-5, rtol=1e-4)

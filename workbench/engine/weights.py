@@ -198,6 +198,8 @@ def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, c
     s_o = None if fold_o else s_o
     s_d = None if fold_d else s_d
     biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
+    if fold_o and biases[2] is not None:  # v's bias scales with its rows: (x W_v^T + b_v) / s_o
+        biases[2] = biases[2].float() * inv(a.o_proj).to(biases[2].device)
     return LayerWeights(
         ln1=_fold(blk.input_layernorm.weight.to(device), s_qkv, dtype), wqkv=wqkv,
         bqkv=torch.cat(biases).to(device, dtype) if biases[0] is not None else None,
