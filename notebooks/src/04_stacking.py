@@ -63,7 +63,7 @@ from workbench.pd.profile import ProfileConfig
 from workbench.pd.sim import LengthDist, WorkloadConfig
 from workbench.quant import QuantConfig, run_quant_sweep
 from workbench.spec import make_draft
-from workbench.stack import StackConfig, plots, run_stack
+from workbench.stack import StackConfig, load_note, plots, run_stack
 from workbench.stack.kv_study import KVStudyConfig, by_bucket, kv_speed, run_kv_study
 from workbench.stack.run import default_clock
 from workbench.stack.widgets import load_explorer, whatif_explorer
@@ -117,6 +117,7 @@ cfg = StackConfig(target=MODEL, draft=DRAFT, quant_method=QUANT, group_size=GROU
 t0 = time.perf_counter()
 res = run_stack(model, draft, cfg, prompt, device=dev, clock=clock, name="stack")
 print(f"{time.perf_counter() - t0:.0f} s; SLO {res.slo}; baseline capacity {res.capacity_rps:.3g} req/s")
+print(load_note(res.load, cfg) or f"the baseline meets the SLOs at {cfg.table_load:g} x capacity")
 cols = ["label", "decode_tok_s", "ttft_ms", "e2e_ms", "alpha", "tau", "acceptance", "peak_mem_gb", "mem_source",
         "goodput_rps", "p99_ttft_ms", "p99_tpot_ms", "slo_capacity_rps", "n_gpus", "decode_speedup", "e2e_change"]
 res.table[cols].round(3)

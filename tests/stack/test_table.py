@@ -54,3 +54,27 @@ def test_whatif_batch1_known_answer(hand_pts):
     assert r["speedup"] == pytest.approx(float(speedup(0.8, 4, 0.1, 1.4)))
     assert r["decode_tok_s"] == pytest.approx(100.0 * r["speedup"])
     assert np.isfinite(w["decode_tok_s"]).all()
+
+
+def _grid(att: dict) -> pd.DataFrame:
+    """A hand-made load grid: the baseline's attainment per (load, slo_scale), plus a W4A16 row that always meets."""
+    rows = []
+    for (ld, sc), a in att.items():
+        for q, val in ((False, a), (True, 1.0)):
+            rows.append({"label": "W4A16" if q else "bf16", "quantized": q, "speculative": False,
+                         "disaggregated": False, "mixed": False, "n_prefill": 1, "n_decode": 1, "load": ld,
+                         "slo_scale": sc, "slo_attainment": val})
+    return pd.DataFrame(rows)
+
+
+def test_load_note_says_where_the_baseline_meets_the_slos():
+    from workbench.stack import load_note
+
+    cfg = StackConfig(load_fractions=(0.25, 0.5, 0.75), table_load=0.75, slo_scales=(1.0, 2.0, 4.0))
+    met = {(0.25, 1.0): 0.95, (0.5, 1.0): 0.92, (0.75, 1.0): 0.1, (0.75, 2.0): 0.5, (0.75, 4.0): 0.97}
+    assert load_note(_grid({**met, (0.75, 1.0): 0.9}), cfg) == ""  # met at the table's load: nothing to say
+    note = load_note(_grid(met), cfg)
+    assert note.startswith("At 0.75 x the baseline's capacity the baseline meets the SLOs for 10% of requests")
+    assert "up to 0.5 x capacity at SLO scale 1" in note and "at SLO scale 4 at this load" in note
+    never = load_note(_grid({k: 0.0 for k in met}), cfg)
+    assert "No precomputed load and SLO scale meets them" in never and "WB_SLO_TTFT_MS" in never

@@ -16,7 +16,7 @@ from workbench.spec.theory import speedup
 from workbench.stack.config import COMBINATIONS, StackConfig, combo_label
 from workbench.stack.load import base_label, point_row
 
-__all__ = ["multiplicativity", "slo_capacity_by_label", "stack_table", "whatif_batch1"]
+__all__ = ["load_note", "multiplicativity", "slo_capacity_by_label", "stack_table", "whatif_batch1"]
 
 _B1 = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tok_s", "alpha", "tau", "acceptance", "spec_timing",
        "peak_mem_gb", "mem_source", "weight_gb")
@@ -129,3 +129,33 @@ def whatif_batch1(points: pd.DataFrame, cfg: StackConfig) -> pd.DataFrame:
                              "plain_tok_s": float(plain["decode_tok_s"]),
                              "decode_tok_s": float(plain["decode_tok_s"]) * s})
     return pd.DataFrame(rows)
+
+
+def load_note(load: pd.DataFrame, cfg: StackConfig, min_attainment: float = 0.9) -> str:
+    """A sentence for the reader when the table's load columns say little, else ``""``.
+
+    ``load``: the simulated grid (:func:`workbench.stack.load.simulate_deployment` rows: ``label``, the combination
+    flags, ``n_prefill``, ``n_decode``, ``load``, ``slo_scale``, ``slo_attainment``). Empty when the baseline
+    deployment (no W4A16, no speculation, colocated, the first split) meets every SLO for at least
+    ``min_attainment`` of requests at ``cfg.table_load`` and SLO scale 1. Otherwise it says the attainment there,
+    and the highest load (at SLO scale 1) and the smallest SLO scale (at the table's load) of the precomputed grid
+    at which the baseline does meet them, or that no grid point does and which settings to change (the SLOs
+    derived from batch-1 costs can be out of reach under load: a GPU's prefill steps stall colocated decodes)."""
+    n_p, n_d = cfg.splits[0]
+    b = load[~load["quantized"].astype(bool) & ~load["speculative"].astype(bool)
+             & ~load["disaggregated"].astype(bool) & ~load["mixed"].astype(bool)
+             & (load["n_prefill"] == n_p) & (load["n_decode"] == n_d)]
+    at = b[np.isclose(b["load"], cfg.table_load) & np.isclose(b["slo_scale"], 1.0)]
+    if at.empty or float(at["slo_attainment"].iloc[0]) >= min_attainment:
+        return ""
+    msg = (f"At {cfg.table_load:g} x the baseline's capacity the baseline meets the SLOs for "
+           f"{float(at['slo_attainment'].iloc[0]):.0%} of requests (target {min_attainment:.0%}).")
+    met = b[b["slo_attainment"] >= min_attainment]
+    loads = met[np.isclose(met["slo_scale"], 1.0)]["load"]
+    scales = met[np.isclose(met["load"], cfg.table_load)]["slo_scale"]
+    if loads.empty and scales.empty:
+        return msg + (" No precomputed load and SLO scale meets them: set the SLOs (StackConfig.slo; the notebook "
+                      "reads WB_SLO_TTFT_MS and WB_SLO_TPOT_MS), lower load_fractions or add larger slo_scales.")
+    parts = ([f"up to {loads.max():g} x capacity at SLO scale 1"] if not loads.empty else []) + (
+        [f"at SLO scale {scales.min():g} at this load"] if not scales.empty else [])
+    return msg + " It meets them " + " and ".join(parts) + ": the load and SLO sliders show those points."
