@@ -198,3 +198,16 @@ def test_one_row_fused_auto_follows_the_group(monkeypatch):
     assert dispatch.default_rows(Engine.from_hf(m, max_batch=1, max_seq=16, use_graphs=False).w) == (1, 1)
     monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
     assert dispatch.default_rows(Engine.from_hf(m, group_size=128, **kw).w) == (1, 64)
+
+
+def test_pick_one_row_keeps_the_auto_default_without_an_ab():
+    """``benchmarks.pick_one_row`` prints the value of ``WORKBENCH_INT4_ONE_ROW_FUSED``: the A/B's winner, or, where
+    the JSON or the model's rows are missing, the default ("auto"), as its docstring says. On the code before it,
+    a missing A/B printed "0", which forces one-row fusion off and leaves a g64 model with no fused path at all."""
+    from benchmarks.pick_one_row import pick
+
+    rows = [{"model": "m", "impl": "w4a16_g64_fused", "ms": 0.7}, {"model": "m", "impl": "w4a16_g64_unfused", "ms": 0.8}]
+    assert pick({"decode": rows}, "m") == "1"
+    rows[0]["ms"] = 0.9
+    assert pick({"decode": rows}, "m") == "0"
+    assert pick({}, "m") == "auto" and pick({"decode": rows}, "other") == "auto"
