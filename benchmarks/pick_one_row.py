@@ -1,11 +1,11 @@
 """Which one-row W4A16 setting decoded faster at batch 1 in a ``check_w4_onerow`` JSON: prints ``1`` (the fused
-GEMV) or ``0`` (unfused) for ``--model``, for ``WORKBENCH_INT4_ONE_ROW_FUSED`` (:data:`workbench.engine.dispatch.
+GEMV), ``0`` (unfused) or ``auto`` (no A/B to go by) for ``--model``, for ``WORKBENCH_INT4_ONE_ROW_FUSED`` (:data:`workbench.engine.dispatch.
 INT4_ONE_ROW_FUSED`), so that a chain of device calls runs the rest with the faster one:
 
     WORKBENCH_INT4_ONE_ROW_FUSED=$(python3 -m benchmarks.pick_one_row /tmp/w4.json --model smollm2-135m) ...
 
-The comparison is the JSON's own A/B (both variants in one process, fresh engines, CUDA graphs); ``0`` when the
-file or the model's rows are missing (the default stays)."""
+The comparison is the JSON's own A/B (both variants in one process, fresh engines, CUDA graphs); ``auto`` (the
+default of :data:`workbench.engine.dispatch.INT4_ONE_ROW_FUSED`) when the file or the model's rows are missing."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from pathlib import Path
 
 
 def pick(doc: dict, model: str) -> str:
-    """``"1"`` if the fused variant (prologues inside the GEMV) measured fewer ms/token than the unfused one."""
+    """``"1"`` if the fused variant (prologues inside the GEMV) measured fewer ms/token than the unfused one, ``"0"``
+    if not, ``"auto"`` (the default) where ``doc`` has no such pair for ``model``."""
     ms = {r["impl"].split("_", 2)[-1]: r["ms"] for r in doc.get("decode", [])
           if r["model"] == model and r["impl"].startswith("w4a16_g")}  # "w4a16_g64_fused" -> "fused"
     if "unfused" not in ms or "fused" not in ms:
-        return "0"
+        return "auto"
     return "1" if ms["fused"] < ms["unfused"] else "0"
 
 
