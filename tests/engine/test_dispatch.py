@@ -211,3 +211,14 @@ def test_pick_one_row_keeps_the_auto_default_without_an_ab():
     rows[0]["ms"] = 0.9
     assert pick({"decode": rows}, "m") == "0"
     assert pick({}, "m") == "auto" and pick({"decode": rows}, "other") == "auto"
+
+
+def test_one_row_env_override_is_checked(monkeypatch):
+    from workbench.engine import dispatch
+
+    for v, want in (("", "auto"), ("auto", "auto"), ("1", True), ("0", False)):
+        monkeypatch.setenv("WORKBENCH_INT4_ONE_ROW_FUSED", v)
+        assert dispatch._one_row_from_env() == want
+    monkeypatch.setenv("WORKBENCH_INT4_ONE_ROW_FUSED", "true")
+    with pytest.raises(ValueError, match="set it to 0, 1 or auto"):
+        dispatch._one_row_from_env()

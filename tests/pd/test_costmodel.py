@@ -116,6 +116,32 @@ def test_fit_recovers_coefficients():
         CostModel.fit(df[df["phase"] == "decode"].assign(ms=1.0))
 
 
+def test_fit_leaves_graph_replayed_prefill_steps_out():
+    """A GPU profile: prefill steps of <= 16 tokens per row replay a CUDA graph (about 1 ms) while longer ones run
+    eagerly, bound by the host (about 10 ms; SmolLM2-135M on an H200). The prefill line is fitted to the eager
+    steps only, so it predicts them (the line through all points was 70-85% under every eager step: the
+    simulated TTFT of notebook 03's real loop was -91%); without a ``graph`` column, or with fewer than 3 eager
+    steps, every row counts as before."""
+    true = CostModel(a=9.9, b=0.002, c=0.0, d=0.8, e=0.03, f=1e-5)
+    rows = [{"phase": "prefill", "batch": b, "seq_len": L, "n_tokens": b * L, "attn_sq": b * L * L, "kv_tokens": 0,
+             "graph": L <= 16} for b in (1, 2, 4) for L in (16, 32, 64, 128, 256)]
+    rows += [{"phase": "decode", "batch": b, "seq_len": L, "n_tokens": b, "attn_sq": 0, "kv_tokens": b * L,
+              "graph": True} for b in (1, 4, 16) for L in (32, 256)]
+    df = pd.DataFrame(rows)
+    ms = np.where(df["phase"] == "prefill", true.prefill_ms(df["n_tokens"], df["attn_sq"]),
+                  true.decode_ms(df["batch"], df["kv_tokens"]))
+    df["ms"] = np.where(df["graph"] & (df["phase"] == "prefill"), 1.2, ms)  # graph replay: a cheaper regime
+    fit = CostModel.fit(df)
+    assert (fit.a, fit.b) == (pytest.approx(9.9, rel=1e-6), pytest.approx(0.002, rel=1e-5))
+    assert "3 graph-replayed prefill points left out" in fit.source and "fit to 18 profile points" in fit.source
+    res = fit.residuals(df)
+    assert res.loc[~df["graph"], "rel_err"].abs().max() < 1e-6  # every eager step predicted
+    blind = CostModel.fit(df.drop(columns="graph"))  # the old fit: one line through both regimes
+    assert blind.residuals(df).loc[~df["graph"] & (df["phase"] == "prefill"), "rel_err"].min() < -0.3
+    few = df[(df["phase"] == "decode") | df["graph"] | (df["seq_len"] == 32) & (df["batch"] < 4)]
+    assert CostModel.fit(few).source == f"nnls fit to {len(few)} profile points"  # 2 eager rows: all kept
+
+
 def test_hardware_presets_and_errors():
     h200 = HardwareSpec.from_name("H200")
     assert (h200.hbm_gbs, h200.mem_gb, h200.matmul_flops, h200.flops_dtype) == (4800, 141, 989.4e12, "bfloat16")

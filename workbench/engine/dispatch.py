@@ -67,8 +67,17 @@ INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
 # of random-init SmolLM2-135M W4A16 g64 at 0.736 ms fused vs 0.825 ms unfused, and of Qwen2-7B g128 at 3.350 ms
 # fused vs 2.635 ms unfused (2.607 ms with the prologues as their own kernels). The environment variable
 # WORKBENCH_INT4_ONE_ROW_FUSED ("0", "1", "auto"), read at import, overrides it (benchmarks A/B it that way).
-INT4_ONE_ROW_FUSED: bool | str = {"1": True, "0": False, "auto": "auto"}.get(
-    os.environ.get("WORKBENCH_INT4_ONE_ROW_FUSED", ""), "auto")
+def _one_row_from_env() -> bool | str:
+    """:data:`INT4_ONE_ROW_FUSED` from ``WORKBENCH_INT4_ONE_ROW_FUSED`` (unset or empty: "auto"). Raises ValueError
+    for any other value than "0", "1" or "auto"."""
+    v = os.environ.get("WORKBENCH_INT4_ONE_ROW_FUSED", "").strip()
+    table = {"": "auto", "auto": "auto", "1": True, "0": False}
+    if v not in table:
+        raise ValueError(f"WORKBENCH_INT4_ONE_ROW_FUSED={v!r}: set it to 0, 1 or auto (or unset it)")
+    return table[v]
+
+
+INT4_ONE_ROW_FUSED: bool | str = _one_row_from_env()
 
 
 class FusedMatmuls:

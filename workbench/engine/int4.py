@@ -182,13 +182,15 @@ class Int4Linear:
             if large == "rows" and not self.tc:  # the tensor-core GEMM does not take this weight
                 self.large = large = "tinygemm"
             if (large == "dequant" and not self.tc and FEW_ROWS_TINYGEMM and device.type == "cuda"
-                    and dtype == torch.bfloat16):
+                    and dtype == torch.bfloat16 and g <= 256):  # tinygemm takes groups of 32..256
                 self.mid = "tinygemm"
-        if "tinygemm" in (small, large) or self.mid == "tinygemm":
-            packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
-            self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, tinygemm_inner_k_tiles(self.in_features))
-            sz = torch.stack((scales, (8 - zeros) * scales), dim=-1)  # [out, G, 2]
-            self.scales_and_zeros = sz.transpose(0, 1).contiguous()  # [G, out, 2]
+        if "tinygemm" in (small, large):
+            self._pack_tinygemm(q, scales, zeros)
+        elif self.mid == "tinygemm":
+            try:  # a second copy for 2..ROWS_MAX rows: without it those rows dequantize (slower, still exact)
+                self._pack_tinygemm(q, scales, zeros)
+            except (RuntimeError, ValueError):
+                self.mid = None
         if "gemlite" in (small, large):
             from gemlite import DType, GemLiteLinear
 
@@ -196,6 +198,12 @@ class Int4Linear:
             self.mod = GemLiteLinear(4, group_size=self.group_size, in_features=self.in_features,
                                      out_features=self.out_features, input_dtype=dt, output_dtype=dt)
             self.mod.pack(q, scales, zeros, None)
+
+    def _pack_tinygemm(self, q, scales, zeros) -> None:
+        packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
+        self.packed = torch.ops.aten._convert_weight_to_int4pack(packed, tinygemm_inner_k_tiles(self.in_features))
+        sz = torch.stack((scales, (8 - zeros) * scales), dim=-1)  # [out, G, 2]
+        self.scales_and_zeros = sz.transpose(0, 1).contiguous()  # [G, out, 2]
 
     @classmethod
     def from_quantized(cls, qweight, scales, zeros, dtype, backend="dequant", device=None,
@@ -208,7 +216,8 @@ class Int4Linear:
         return cls(qweight.to(torch.uint8), scales, zeros, dtype, backend, device)
 
     def nbytes(self) -> int:
-        """Bytes read per matmul: 4-bit weights plus scales and zeros (2 bytes each per group)."""
+        """Bytes read per matmul: 4-bit weights plus scales and zeros (2 bytes each per group). Held in memory:
+        twice that where ``mid == "tinygemm"`` (a second packing; the runtime label says so)."""
         return self.out_features * self.in_features // 2 + 2 * self.out_features * (
             self.in_features // self.group_size) * torch.empty(0, dtype=self.dtype).element_size()
 

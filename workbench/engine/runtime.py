@@ -191,6 +191,8 @@ def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str, ca
     dequantized weight instead (:class:`Dequantized`). The AWQ ``input_scale`` is not applied here
     (the caller folds or wraps it)."""
     lin, label = _int4(params, dtype, device, int4_backend) if params["bits"] <= 4 else _int8(params, dtype, device)
+    if getattr(getattr(lin, "inner", lin), "mid", None) == "tinygemm":
+        label += " + tinygemm copy for 2-64 rows"  # a second packing held in memory (Int4Linear.nbytes)
     if cache and (isinstance(lin, Int8Linear) or getattr(lin, "backend", None) == "dequant"):
         return Dequantized(lin, dtype), label + ", dequantized once"
     return lin, label

@@ -129,14 +129,23 @@ class CostModel:
         rows ``n_tokens`` and ``attn_sq``; for decode rows ``batch`` and ``kv_tokens`` (the output of
         :func:`workbench.pd.profile.run_profile`). ``relative=True`` weights each row by ``1 / ms``, so
         the fit minimises squared *relative* error (short and long steps count alike).
+
+        Prefill rows with ``graph`` True (a CUDA-graph replay: the engine's steps of up to ``graph_max_t`` tokens
+        per row, :func:`workbench.pd.profile.graph_step`) are left out of the prefill line when the profile has at
+        least 3 eager prefill rows: a replayed step skips the host's launch work, so on a GPU it costs a different
+        line (SmolLM2-135M on an H200: 1.1-1.3 ms at 16 tokens against 9.1-11.1 ms eager at 32-256 tokens, where one
+        line fitted to both was 70-85% under every eager step); serving prefills are longer than ``graph_max_t``.
         Raises ``ValueError`` when a phase has fewer than 3 rows.
         """
         from scipy.optimize import nnls
 
-        coefs = {}
+        coefs, left_out = {}, 0
         for phase, cols, names in (("prefill", ("n_tokens", "attn_sq"), _PREFILL),
                                    ("decode", ("batch", "kv_tokens"), _DECODE)):
             rows = profile[profile["phase"] == phase]
+            if phase == "prefill" and "graph" in rows and rows["graph"].any() and (~rows["graph"]).sum() >= 3:
+                left_out = int(rows["graph"].sum())
+                rows = rows[~rows["graph"].astype(bool)]
             if len(rows) < 3:
                 raise ValueError(f"CostModel.fit needs >= 3 {phase} rows in the profile, got {len(rows)}")
             x = np.column_stack([np.ones(len(rows))] + [rows[c].to_numpy(float) for c in cols])
@@ -144,7 +153,8 @@ class CostModel:
             w = 1.0 / y if relative else np.ones_like(y)
             sol, _ = nnls(x * w[:, None], y * w)
             coefs.update({k: float(v) for k, v in zip(names, sol)})
-        return cls(**coefs, source=f"nnls fit to {len(profile)} profile points")
+        note = f" ({left_out} graph-replayed prefill points left out)" if left_out else ""
+        return cls(**coefs, source=f"nnls fit to {len(profile) - left_out} profile points{note}")
 
     def residuals(self, profile: pd.DataFrame) -> pd.DataFrame:
         """The profile with ``pred_ms`` and ``rel_err`` (pred / ms - 1) columns added."""

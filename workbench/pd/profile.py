@@ -115,11 +115,17 @@ def _step(runner, slots: torch.Tensor, tokens: torch.Tensor, start: int) -> None
     extend(runner, slots, tokens).argmax(-1).tolist()
 
 
-def _row(phase, batch, seq_len, n_tokens, attn_sq, kv_tokens, ts) -> dict:
+def graph_step(runner, tokens_per_row: int) -> bool:
+    """Whether ``runner`` replays a CUDA graph for a step of ``tokens_per_row`` tokens per row
+    (:class:`workbench.engine.Engine`: ``use_graphs`` and ``T <= graph_max_t``); False for a runner without graphs."""
+    return bool(getattr(runner, "use_graphs", False)) and tokens_per_row <= int(getattr(runner, "graph_max_t", 0))
+
+
+def _row(phase, batch, seq_len, n_tokens, attn_sq, kv_tokens, ts, graph: bool = False) -> dict:
     q75, q25 = np.percentile(ts, [75, 25])
     return {"phase": phase, "batch": batch, "seq_len": seq_len, "n_tokens": n_tokens, "attn_sq": attn_sq,
             "kv_tokens": kv_tokens, "ms": float(np.median(ts)), "ms_min": float(ts.min()),
-            "ms_iqr": float(q75 - q25), "repeats": len(ts)}
+            "ms_iqr": float(q75 - q25), "repeats": len(ts), "graph": bool(graph)}
 
 
 def run_profile(runner, config: ProfileConfig = ProfileConfig(), *, progress: bool = False,
@@ -127,7 +133,8 @@ def run_profile(runner, config: ProfileConfig = ProfileConfig(), *, progress: bo
     """Time prefill steps over ``prompt_lens x prefill_batches`` and decode steps over
     ``decode_batches x context_lens`` on ``runner`` (a :class:`~workbench.engine.api.BatchRunner`
     with ``max_batch >= config.max_batch`` and ``max_seq >= config.max_seq``). One row per point,
-    config fields as columns. Slots ``0..B-1`` are overwritten. ``clock`` (seconds) defaults to wall
+    config fields as columns; ``graph`` says whether the step replayed a CUDA graph (:func:`graph_step`). Slots
+    ``0..B-1`` are overwritten. ``clock`` (seconds) defaults to wall
     time; on a shared CPU pass ``time.process_time`` (see :class:`workbench.pd.loop.CPUClock`).
     Raises ``ValueError`` if the runner is too small."""
     if runner.max_batch < config.max_batch or runner.max_seq < config.max_seq:
@@ -157,13 +164,13 @@ def _time_point(runner, phase: str, b: int, L: int, config: ProfileConfig, clock
     if phase == "prefill":
         tok = torch.randint(0, vocab, (b, L), generator=g)
         ts = _time(runner, partial(_step, runner, slots, tok, 0), config.repeats, config.warmup, clock)
-        return _row("prefill", b, L, b * L, b * L * L, 0, ts)
+        return _row("prefill", b, L, b * L, b * L * L, 0, ts, graph_step(runner, L))
     for s in range(b):
         runner.truncate_slot(s, 0)
     extend(runner, slots, torch.randint(0, vocab, (b, L), generator=g))
     tok = torch.randint(0, vocab, (b, 1), generator=g)
     ts = _time(runner, partial(_step, runner, slots, tok, L), config.repeats, config.warmup, clock)
-    return _row("decode", b, L, b, 0, b * L, ts)
+    return _row("decode", b, L, b, 0, b * L, ts, graph_step(runner, 1))
 
 
 def drift_check(runner, profile: pd.DataFrame, config: ProfileConfig = ProfileConfig(), *,
