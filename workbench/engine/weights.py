@@ -183,7 +183,9 @@ def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, c
     in front (:func:`_fold`), down's into the rows of up (the group scales of up's output rows ``o`` times
     ``1 / s_down[o]``: ``down((silu(g) * up) / s) = down(silu(g) * (up / s))``), o's into the rows of v when
     there are as many key/value heads as heads; what is left (o under GQA) divides the activation
-    (:class:`InputScaled`). The folds are exact in real arithmetic; in bf16 the folded scales round once more."""
+    (:class:`InputScaled`). The folds are exact in real arithmetic; in bf16 the folded scales round once more. With
+    o's scale in v, the KV cache holds ``v / s_o`` (as an AutoAWQ checkpoint of such a model does), so a quantized
+    KV cache (FP8, INT8) rounds the rescaled values."""
     a, m = blk.self_attn, blk.mlp
     key = pre.replace("model.", "")
     fold_o = _row_foldable(a.v_proj, a.o_proj) and a.k_proj.out_features == a.q_proj.out_features
