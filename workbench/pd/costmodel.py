@@ -143,9 +143,11 @@ class CostModel:
         for phase, cols, names in (("prefill", ("n_tokens", "attn_sq"), _PREFILL),
                                    ("decode", ("batch", "kv_tokens"), _DECODE)):
             rows = profile[profile["phase"] == phase]
-            if phase == "prefill" and "graph" in rows and rows["graph"].any() and (~rows["graph"]).sum() >= 3:
-                left_out = int(rows["graph"].sum())
-                rows = rows[~rows["graph"].astype(bool)]
+            # a profile without the column (or rows of one without it, NaN) counts every row as eager
+            graph = rows["graph"].fillna(False).astype(bool) if "graph" in rows else None
+            if phase == "prefill" and graph is not None and graph.any() and (~graph).sum() >= 3:
+                left_out = int(graph.sum())
+                rows = rows[~graph]
             if len(rows) < 3:
                 raise ValueError(f"CostModel.fit needs >= 3 {phase} rows in the profile, got {len(rows)}")
             x = np.column_stack([np.ones(len(rows))] + [rows[c].to_numpy(float) for c in cols])
