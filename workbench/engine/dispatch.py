@@ -137,9 +137,13 @@ class FusedMatmuls:
         return self.ops.qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_heads, n_kv)
 
 
+def _scaled_inner(lin):
+    """The matmul behind an AWQ input scale (:class:`InputScaled`: the fused path divides first), else ``lin``."""
+    return lin.inner if isinstance(lin, InputScaled) else lin
+
+
 def _max_rows(lin) -> int:
-    if isinstance(lin, InputScaled):
-        lin = lin.inner
+    lin = _scaled_inner(lin)
     if isinstance(lin, Int4Linear):
         return lin.fused_max_rows()
     return ROWS_MAX if isinstance(lin, Dense) else 0
@@ -150,8 +154,7 @@ def default_rows(weights) -> tuple[int, int]:
     ``(1, 64)`` with :data:`INT4_ONE_ROW_FUSED`; else ``(1, 1)`` (see the module docstring); :func:`build` cuts
     ``max_rows`` to what every matmul takes (1 for a model whose INT4 weights only the one-row GEMV takes, which
     then has no fused path unless one-row steps take it)."""
-    int4 = [getattr(m, "inner", m) for m in weights.matmuls()]
-    int4 = [m for m in int4 if isinstance(m, Int4Linear)]
+    int4 = [m for m in map(_scaled_inner, weights.matmuls()) if isinstance(m, Int4Linear)]
     if int4:
         one_row = INT4_ONE_ROW_FUSED
         if one_row == "auto":

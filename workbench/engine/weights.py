@@ -129,7 +129,7 @@ def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, ca
 
     ``row_scale``: ``{index into mods: r [out] float32}``, each output row ``o`` of that module multiplied by
     ``r[o]`` (its group scales, so the codes are unchanged: ``W_hat[o] * r[o] = (q[o] - z[o]) * (s[o] r[o])``);
-    only applied to quantized modules, use :func:`_row_foldable` first."""
+    only applied to quantized modules (see :func:`_row_fold`)."""
     params = [quant_params_of(m) for m in mods]
     for i, r in (row_scale or {}).items():
         if params[i] is not None:
@@ -151,9 +151,9 @@ def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, ca
         return lin, None if s is None else s.to(device, torch.float32)
     warnings.warn(f"{key}: {reason}; it runs dense (dequantized weights)", stacklevel=3)
     labels[key] = f"dense ({reason})"
-    rows = row_scale or {}
-    dense = [_dense(m) if i not in rows else _dense(m) * rows[i].to(_dense(m).device)[:, None]
-             for i, m in enumerate(mods)]
+    dense = [_dense(m) for m in mods]
+    for i, r in (row_scale or {}).items():
+        dense[i] = dense[i] * r.to(dense[i].device)[:, None]
     return Dense(torch.cat(dense, 0).to(device, dtype)), None
 
 
@@ -166,13 +166,16 @@ def _scaled(lin, s, dtype):
     return lin if s is None else InputScaled(lin, s.to(dtype))
 
 
-def _row_foldable(prev, nxt) -> bool:
-    """Whether ``nxt``'s AWQ input scale can go into the output rows of the quantized ``prev`` whose output
-    reaches ``nxt`` only through ops linear per channel: ``up`` -> ``down`` (``silu(gate) * up``), and
-    ``v`` -> ``o`` when every attention head has its own value head (the attention output of channel ``c`` is a
-    weighted sum of channel ``c`` of v; under GQA one v channel feeds several o channels, whose scales differ)."""
-    p, q = quant_params_of(prev), quant_params_of(nxt)
-    return p is not None and q is not None and q["input_scale"] is not None and q["q"].shape[1] == p["q"].shape[0]
+def _row_fold(prev, nxt) -> torch.Tensor | None:
+    """``1 / s`` ``[in]`` float32 of ``nxt``'s AWQ input scale ``s`` where it can go into the output rows of the
+    quantized ``prev`` (whose output reaches ``nxt`` only through ops linear per channel: ``up`` -> ``down``,
+    ``silu(gate) * up``; ``v`` -> ``o`` when every attention head has its own value head: the attention output of
+    channel ``c`` is a weighted sum of channel ``c`` of v, while under GQA one v channel feeds several o channels,
+    whose scales differ, and the widths differ), else None."""
+    q = quant_params_of(nxt)
+    if q is None or q["input_scale"] is None or not callable(getattr(prev, "quant_params", None)):
+        return None
+    return 1.0 / q["input_scale"].float() if q["q"].shape[1] == prev.out_features else None
 
 
 def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, cache: bool) -> LayerWeights:
@@ -188,20 +191,18 @@ def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, c
     KV cache (FP8, INT8) rounds the rescaled values."""
     a, m = blk.self_attn, blk.mlp
     key = pre.replace("model.", "")
-    fold_o = _row_foldable(a.v_proj, a.o_proj) and a.k_proj.out_features == a.q_proj.out_features
-    fold_d = _row_foldable(m.up_proj, m.down_proj)
-    inv = (lambda mod: 1.0 / quant_params_of(mod)["input_scale"].float())
+    r_o, r_d = _row_fold(a.v_proj, a.o_proj), _row_fold(m.up_proj, m.down_proj)
     wqkv, s_qkv = _runtime([a.q_proj, a.k_proj, a.v_proj], dtype, device, backend, key + "qkv", labels, cache,
-                           {2: inv(a.o_proj)} if fold_o else None)
+                           None if r_o is None else {2: r_o})
     wo, s_o = _runtime([a.o_proj], dtype, device, backend, key + "o", labels, cache)
     wgu, s_gu = _runtime([m.gate_proj, m.up_proj], dtype, device, backend, key + "gate_up", labels, cache,
-                         {1: inv(m.down_proj)} if fold_d else None)
+                         None if r_d is None else {1: r_d})
     wd, s_d = _runtime([m.down_proj], dtype, device, backend, key + "down", labels, cache)
-    s_o = None if fold_o else s_o
-    s_d = None if fold_d else s_d
+    s_o = None if r_o is not None else s_o
+    s_d = None if r_d is not None else s_d
     biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
-    if fold_o and biases[2] is not None:  # v's bias scales with its rows: (x W_v^T + b_v) / s_o
-        biases[2] = biases[2].float() * inv(a.o_proj).to(biases[2].device)
+    if r_o is not None and biases[2] is not None:  # v's bias scales with its rows: (x W_v^T + b_v) / s_o
+        biases[2] = biases[2].float() * r_o.to(biases[2].device)
     return LayerWeights(
         ln1=_fold(blk.input_layernorm.weight.to(device), s_qkv, dtype), wqkv=wqkv,
         bqkv=torch.cat(biases).to(device, dtype) if biases[0] is not None else None,
