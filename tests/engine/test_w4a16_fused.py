@@ -178,3 +178,58 @@ def test_fused_gemv_bad_input_names_the_fix():
         w4a16.gemv_fused(torch.randn(1, 64, device=DEV), qw, s, z, 32, 32, "rmsnorm")
     with pytest.raises(ValueError, match="residual"):
         w4a16.gemv_fused(torch.randn(1, 64, device=DEV), qw, s, z, 32, 32, residual=torch.randn(1, 8, device=DEV))
+
+
+def test_prefetch_configs_cover_the_whole_k_range_and_match_the_reference():
+    """The whole-K tiles of :data:`w4a16.PREFETCH_CONFIGS` on the built-in model's widths (K 576 = 9 groups of 64:
+    one masked step of 16 groups; K 1536 = 24 groups: a 3-way split of one step each), fused prologues included,
+    against the reference (float32: summation order only)."""
+    _check(64, 576, [("rmsnorm", False, (16, 1, 16, 4, 1), torch.float32),
+                     ("none", True, (32, 1, 16, 4, 1), torch.float32)])
+    _check(64, 1536, [("swiglu", True, (32, 3, 8, 4, 1), torch.float32)])
+
+
+def test_default_configs_add_prefetch_tiles_only_where_they_fit():
+    """:func:`w4a16.default_configs`: the 576-wide, group-64 weight gets the 16-group tiles; a 4-group weight gets
+    no tile wider than its K range; group 128 drops the tile over WORDS_MAX words a thread."""
+    narrow = w4a16.default_configs(576, 64)
+    assert narrow[:len(w4a16.CONFIGS)] == w4a16.CONFIGS
+    assert (16, 1, 16, 4, 1) in narrow and (32, 1, 16, 4, 1) in narrow
+    assert all(c[2] <= 4 for c in w4a16.default_configs(256, 64))
+    wide = w4a16.default_configs(3584, 128)
+    assert (16, 1, 16, 4, 1) in wide and (32, 1, 16, 4, 1) not in wide  # 32 x 16 x 16 / 128 = 64 words
+
+
+def test_tune_fused_times_the_fused_call_and_the_engine_uses_its_choice(monkeypatch):
+    """:func:`w4a16.tune_fused` times the fused call (prologue + residual) per configuration (the CUDA-graph timer
+    replaced by a table) and caches the fastest under :func:`w4a16.fused_key`; ``Int4Linear.fused`` then launches
+    that configuration, not the plain GEMV's (before: always the plain GEMV's)."""
+    from workbench.engine.int4 import Int4Linear
+    from workbench.kernels import timing
+
+    table = {(32, 1, 4, 4, 1): 3.0, (16, 3, 2, 4, 2): 1.0, (16, 1, 16, 4, 1): 2.0}
+
+    def fake(fn, inner=20, reps=10):
+        fn()
+        return table[fn.__defaults__[0]]
+    monkeypatch.setattr(timing, "cuda_graph_ms", fake)
+    monkeypatch.setattr(w4a16, "_BEST", {})
+    g, k = 64, 576
+    gen = torch.Generator().manual_seed(3)
+    q, s, z = quantize_rtn_int4(torch.randn(N, k, generator=gen) / 8, g)
+    lin = Int4Linear(q, s, z, torch.float32, backend="triton:dequant", device=DEV)
+    x, nw, r = _operands(gen, k, "rmsnorm", True, torch.float32)
+    x, nw, r = _d(x, nw, r)
+    timings = {}
+    best = w4a16.tune_fused(x, lin.qw, lin.s_t, lin.z_t, g, N, "rmsnorm", nw, EPS, r, configs=list(table),
+                            l2_bytes=0, timings=timings)
+    assert best == (16, 3, 2, 4, 2) and set(timings) == set(table)
+    assert w4a16._BEST[w4a16.fused_key(N, k, "rmsnorm", True, None)] == best
+    assert (N, k, 1) not in w4a16._BEST  # the plain GEMV's entry is its own
+    seen = []
+    real = w4a16.gemv_fused
+    monkeypatch.setattr(w4a16, "gemv_fused", lambda *a, **kw: seen.append(a[11]) or real(*a, **kw))
+    y = lin.fused(x, "rmsnorm", nw, EPS, r)
+    assert seen == [best]
+    ref = w4a16.reference(x.cpu(), lin.qw.cpu(), lin.s_t.cpu(), lin.z_t.cpu(), g, "rmsnorm", nw.cpu(), EPS, r.cpu())
+    assert float((y.cpu() - ref).norm() / ref.norm()) < 1e-5

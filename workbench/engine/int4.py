@@ -60,6 +60,10 @@ ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: 
 # model's W4A16 batch-8 decode 2.6-3.4 ms on the H200 against bf16's 1.14 (01 notebook, benchmarks/results/
 # h200_2026-12-01c/); with tinygemm 1.18-2.09 ms (bf16 1.39 in that run; benchmarks/RESULTS.md, evening section).
 FEW_ROWS_TINYGEMM = True
+# one-row fused calls (Int4Linear.fused through the CUDA-core GEMV) take a launch configuration tuned for the fused
+# call itself (prologue, residual, RoPE epilogue; workbench.kernels.w4a16.tune_fused), as the bf16 GEMV does; False:
+# the configuration tuned for the plain GEMV of the same shape (before 2026-12-01, night)
+TUNE_FUSED = True
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
             "triton:dequant")
@@ -267,6 +271,21 @@ class Int4Linear:
                    else self._tune(x))
         return cfg
 
+    def _fused_cfg(self, x, prologue, norm_weight, eps, residual, rope):
+        """The launch configuration of a one-row fused GEMV call: tuned for the call itself
+        (:func:`workbench.kernels.w4a16.tune_fused`, on CUDA outside graph capture, once per shape and variant),
+        else the plain GEMV's (:meth:`_gemv_cfg`). :data:`TUNE_FUSED` False: the plain GEMV's always."""
+        from workbench.kernels import w4a16
+
+        if not TUNE_FUSED:
+            return self._gemv_cfg(x[:, :self.in_features])
+        key = w4a16.fused_key(self.out_features, self.in_features, prologue, residual is not None, rope)
+        cfg = w4a16._BEST.get(key)
+        if cfg is None and x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            cfg = w4a16.tune_fused(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
+                                   norm_weight, eps, residual, rope, self.int_zero)
+        return cfg or self._gemv_cfg(x[:, :self.in_features])
+
     def fused(self, x: torch.Tensor, prologue: str = "none", norm_weight=None, eps: float = 1e-6, residual=None,
               rope=None) -> torch.Tensor:
         """``f(x) @ w_hat.T (+ residual)`` with the engine's neighbouring operations fused in: ``prologue``
@@ -280,7 +299,7 @@ class Int4Linear:
         if x.shape[0] == 1 and self.one_row_gemv():
             from workbench.kernels import w4a16
 
-            cfg = self._gemv_cfg(x[:, :self.in_features])
+            cfg = self._fused_cfg(x, prologue, norm_weight, eps, residual, rope)
             return w4a16.gemv_fused(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
                                     norm_weight, eps, residual, rope, cfg, self.int_zero)
         from workbench.kernels import rows

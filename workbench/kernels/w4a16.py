@@ -466,23 +466,80 @@ SEARCH_CONFIGS = [(bn, sk, u, w, d) for (bn, u, w, d) in TILES for sk in (1, 2, 
 # keep the first-use compile time of an engine short.
 CONFIGS = [(16, 1, 4, 4, 1), (16, 1, 4, 4, 2), (32, 1, 4, 4, 1), (32, 1, 2, 4, 2), (32, 2, 2, 4, 1),
            (32, 4, 2, 4, 1), (32, 7, 2, 4, 2), (32, 7, 4, 4, 1)]
+# Tiles whose one step covers a narrow weight's whole K range (or its split), tried besides CONFIGS: with DEPTH 1
+# every weight word of a program is loaded before the kernel waits for its predecessor (programmatic dependent
+# launch), so a small matmul (SmolLM2-135M: K = 576 / 1536, group 64) has no DRAM round trip after the wait.
+# Kept only where a thread holds at most WORDS_MAX words of a step (the larger tiles spill on wide groups).
+PREFETCH_CONFIGS = [(16, 1, 16, 4, 1), (32, 1, 16, 4, 1), (16, 1, 8, 4, 1), (16, 2, 8, 4, 1), (32, 3, 8, 4, 1),
+                    (32, 3, 4, 4, 1)]
+WORDS_MAX = 32
 DEFAULT = (16, 1, 4, 4, 2)  # used when a call is captured before its shape was tuned
 _BEST: dict = {}
 
 
+def _words_per_thread(cfg, group: int) -> int:
+    block_n, _, u, warps, *_ = cfg
+    return block_n * u * (group // 8) // (32 * warps)
+
+
+def default_configs(k: int, group: int) -> list:
+    """What :func:`tune` and :func:`tune_fused` try for a weight of ``k`` in-features: :data:`CONFIGS`, plus the
+    :data:`PREFETCH_CONFIGS` whose step is no wider than the weight's K range (rounded up to a power of two of
+    groups) and whose tile fits :data:`WORDS_MAX` words a thread."""
+    ng = triton.next_power_of_2(max(1, k // group))
+    extra = [c for c in PREFETCH_CONFIGS if c[2] <= ng and _words_per_thread(c, group) <= WORDS_MAX]
+    return CONFIGS + [c for c in extra if c not in CONFIGS]
+
+
 def tune(x, qw, s, z, group: int, n: int, int_zero: bool = True, configs=None, l2_bytes: float = 128e6,
          timings: dict | None = None):
-    """Time every configuration in ``configs`` (default :data:`CONFIGS`) for this shape under CUDA-graph
+    """Time every configuration in ``configs`` (default :func:`default_configs`) for this shape under CUDA-graph
     replay, with the weights rotated over enough copies (>= ``l2_bytes``) that L2 holds none of them, as
     in a decode step; cache the fastest in :data:`_BEST` under ``(N, K, M)`` and return it. Call outside
     graph capture. ``timings`` (optional dict) receives ``{cfg: ms}``."""
     key = (n, x.shape[1], x.shape[0])
     if key in _BEST and timings is None:
         return _BEST[key]
-    copies = max(1, -(-int(l2_bytes) // qw.nbytes))
-    ws = [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
+    ws = _copies(qw, s, z, l2_bytes)
     ref = gemv(x, qw, s, z, group, n, (32, 1, 2, 4, 1), int_zero).float()  # the unsplit path, for a check
-    best = fastest_config(configs or CONFIGS, lambda w, cfg: gemv(x, *w, group, n, cfg, int_zero), ws, ref,
+    best = fastest_config(configs or default_configs(x.shape[1], group),
+                          lambda w, cfg: gemv(x, *w, group, n, cfg, int_zero), ws, ref,
                           timings, f"W4A16 GEMV (N={n}, K={x.shape[1]}, M={x.shape[0]})")
+    _BEST[key] = best
+    return best
+
+
+def _copies(qw, s, z, l2_bytes: float) -> list:
+    copies = max(1, -(-int(l2_bytes) // qw.nbytes))
+    return [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
+
+
+def fused_key(n: int, k: int, prologue: str, has_residual: bool, rope) -> tuple:
+    """The :data:`_BEST` key of a one-row :func:`gemv_fused` call (``rope``: the rope tuple or None)."""
+    return ("fused", n, k, prologue, bool(has_residual), None if rope is None else int(rope[5].shape[-1]))
+
+
+def tune_fused(x, qw, s, z, group: int, n: int, prologue: str = "none", norm_weight=None, eps: float = 1e-6,
+               residual=None, rope=None, int_zero: bool = True, configs=None, l2_bytes: float = 128e6,
+               timings: dict | None = None):
+    """:func:`tune` for the one-row fused call itself (``gemv_fused`` with this prologue, residual and RoPE
+    epilogue; arguments as there): the prologue's work per program (the RMSNorm statistic over the whole row,
+    SiLU) and the epilogue change which tile is fastest, as the bf16 GEMV's tuner
+    (:func:`workbench.kernels.gemv.tune`) times its fused calls. The RoPE variant writes the same k / v values
+    into the caches' ``wpos`` column on every timed call (idempotent). Cached in :data:`_BEST` under
+    :func:`fused_key`; returns the configuration. Call outside graph capture; needs CUDA (or the interpreter,
+    with ``timing.cuda_graph_ms`` replaced)."""
+    k = qw.shape[1] * 8
+    key = fused_key(n, k, prologue, residual is not None, rope)
+    if key in _BEST and timings is None:
+        return _BEST[key]
+    ws = _copies(qw, s, z, l2_bytes)
+
+    def run(w, cfg):
+        return gemv_fused(x, *w, group, n, prologue, norm_weight, eps, residual, rope, cfg, int_zero)
+    ref = run(ws[0], (32, 1, 2, 4, 1)).float()
+    best = fastest_config(configs or default_configs(k, group), run, ws, ref, timings,
+                          f"fused W4A16 GEMV (N={n}, K={k}, {prologue}{', residual' if residual is not None else ''}"
+                          f"{', rope' if rope is not None else ''})")
     _BEST[key] = best
     return best
