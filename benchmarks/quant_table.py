@@ -18,11 +18,12 @@ Prints a markdown table and saves it beside the results store entry (``data/resu
 from __future__ import annotations
 
 import argparse
+import json
 
 import torch
 
-from workbench.models import load_model
-from workbench.quant import GRIDS, quant_grid, run_quant_sweep
+from workbench.models import is_random, load_model
+from workbench.quant import GRIDS, quant_grid, run_quant_speed, run_quant_sweep
 from workbench.quant.speed import SpeedConfig
 from workbench.results import results_dir
 
@@ -70,9 +71,14 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     ap.add_argument("--only", default=None, help="comma-separated grid indices to run (default all)")
     ap.add_argument("--name", default=None, help="results-store name (default quant_table_<tokens>_<q>)")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="speed and memory only (workbench.quant.run_quant_speed); implied for a random: model")
+    ap.add_argument("--out", default=None, help="also write the speed-only table as JSON here")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
+    if a.speed_only or is_random(model):
+        return speed_only(model, tok, a)
     suffix = "" if (a.device, a.dtype) == ("cpu", "float32") else f"_{a.device.replace(':', '')}_{a.dtype}"
     nq = "auto" if a.n_questions is None else a.n_questions
     grid = "" if a.grid == "table" else f"_{a.grid}"
@@ -86,6 +92,35 @@ def main(argv=None) -> None:
     md = markdown(df)
     print(md, flush=True)
     (results_dir() / f"{name}.md").write_text(md + "\n")
+
+
+SPEED_COLS = ["label", "scheme", "weights", "decode_ms_b1", "speedup_b1", "decode_ms_b8", "speedup_b8",
+              "prefill_ms_512", "peak_mem_bytes", "engine_weight_bytes", "quantize_s", "runtime"]
+
+
+def speed_only(model, tok, a) -> None:
+    """The speed columns of grid ``--grid`` (default for this mode: "timing", the three W4A16 methods) and FP, on a
+    model of any weights (``random:qwen2-7b``: timing only); AWQ / GPTQ calibrate on 4 windows of 128 tokens."""
+    grid = "timing" if a.grid == "table" else a.grid
+    configs = quant_grid(grid, n_calib_samples=4, calib_seq_len=128, awq_max_tokens=512, awq_grid=4)
+    configs = [configs[int(i)] for i in a.only.split(",")] if a.only else configs
+    name = a.name or f"quant_speed_{a.model.replace(':', '_')}_{grid}_{a.device.replace(':', '')}_{a.dtype}"
+    df = run_quant_speed(model, tok, configs, speed=SpeedConfig.for_device(a.device), name=name)
+    cols = [c for c in SPEED_COLS if c in df]
+    md = (f"Speed on {df['speed_device'].iloc[0]} ({df['speed_clock'].iloc[0]} clock), {df['weights'].iloc[0]}\n\n"
+          + "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
+          + "\n".join("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r) + " |"
+                      for r in df[cols].itertuples(index=False)))
+    print(md, flush=True)
+    (results_dir() / f"{name}.md").write_text(md + "\n")
+    if a.out:
+        from pathlib import Path
+
+        from benchmarks.common import environment
+
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps({"env": environment(), "model": a.model,
+                                           "rows": df.to_dict(orient="records")}, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ CALIB_LEN = int(os.getenv("WB_CALIB_LEN", 256 if FULL else DEMO["calib_seq_len"]
 AWQ_TOKENS = int(os.getenv("WB_AWQ_TOKENS", 2048 if FULL else DEMO["awq_max_tokens"]))  # AWQ scores scales on these
 SPEED = os.getenv("WB_SPEED", "1") not in ("", "0", "false", "False")  # time every point on the engine
 PREFILL = int(os.getenv("WB_PREFILL_TOKENS", "512"))  # prompt length of the timed prefill
+# a random-init published shape ("random:qwen2-7b") on which the W4A16 runtimes are timed too (speed only; "" off)
+TIMING_SHAPE = os.getenv("WB_TIMING_SHAPE", "")
 if os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False"):  # CI: two RTN configs, few tokens, 2x2 MMLU questions
     N_TOKENS, SEQ_LEN, N_QUESTIONS, GRID, PREFILL = 256, 128, 2, "smoke", 64
     SUBJECTS = os.getenv("WB_SUBJECTS") or "astronomy,marketing"
@@ -78,6 +80,7 @@ from workbench.quant import (
     footprint,
     quant_grid,
     quantize,
+    run_quant_speed,
     run_quant_sweep,
     takeaways,
 )
@@ -178,6 +181,36 @@ qp.plot_speed(grid) if "decode_ms_b1" in grid else "speed off: WB_SPEED=0"
 # %%
 grid[[c for c in ("label", "speed_device", "runtime", "engine_weight_bytes", "peak_mem_bytes", "mem_source")
       if c in grid]]
+
+# %% [markdown]
+# ## The same runtimes on a 7B shape (timing only)
+# On the built-in model a decode step is bound by per-kernel latency, not bytes: each matmul reads 0.3-3.5 MB,
+# well under a microsecond at an H200's bandwidth, and costs 1.5-4 µs to run, so W4A16's fourfold fewer bytes
+# buy little there and its dequantization costs a little (`benchmarks/RESULTS.md`, "Why W4A16 does not win on the
+# 135M model"). A published 7B shape with random weights (`WB_TIMING_SHAPE=random:qwen2-7b`; about 15 GB of GPU
+# memory) times the same three W4A16 runtimes where the weights' bytes dominate. Random weights have no quality,
+# so `run_quant_speed` measures speed and memory only (AWQ and GPTQ calibrate on a few windows: their format,
+# not their rounding, sets the speed). `speedup_b*` is the FP row's time over each row's.
+
+# %%
+if TIMING_SHAPE:
+    tmodel, ttok = load_model(TIMING_SHAPE, dtype=dtype, device=device)
+    timing = run_quant_speed(tmodel, ttok, quant_grid("timing", n_calib_samples=4, calib_seq_len=128,
+                                                      awq_max_tokens=512, awq_grid=4),
+                             speed=SpeedConfig.for_device(DEVICE, prefill_tokens=PREFILL),
+                             name=f"nb01_speed_{TIMING_SHAPE.replace(':', '_')}_{DEVICE.replace(':', '')}_{DTYPE}")
+    del tmodel
+    torch.cuda.empty_cache() if device.type == "cuda" else None
+    wbn.table(timing, columns=[c for c in ("label", "weights", "decode_ms_b1", "speedup_b1", "decode_ms_b8",
+                                           "speedup_b8", f"prefill_ms_{PREFILL}", "peak_mem_bytes", "runtime")
+                               if c in timing])
+else:
+    timing = None
+    print("timing shape off: set WB_TIMING_SHAPE=random:qwen2-7b to time these runtimes on a 7B layout "
+          "(speed only, random weights; CUDA)")
+
+# %%
+qp.plot_speed(timing) if timing is not None else "no timing shape (WB_TIMING_SHAPE)"
 
 # %% [markdown]
 # ## Explore the grid

@@ -246,3 +246,28 @@ def test_tune_skips_a_config_with_a_wrong_result(monkeypatch):
     assert timings["right"] == 1.0 and timings["wrong"] != timings["wrong"]  # NaN: checked, not timed
     with pytest.raises(RuntimeError, match="no kernel configuration ran"):
         timing.fastest_config(["wrong"], run, [None], torch.ones(4))
+
+
+@pytest.mark.parametrize("k,pro,cfg", [(576, "rmsnorm", (8, 1024, 1, 4, 1)), (1536, "swiglu", (4, 2048, 1, 4, 1)),
+                                       (1536, "none", (16, 1024, 2, 8, 1))])
+def test_wide_tiles_on_narrow_weights_match_hf_order(k, pro, cfg):
+    """The whole-K tiles of :data:`gemv.WIDE_CONFIGS` on the built-in model's widths (one masked step of K = 576;
+    K = 1536 in one step, or split in two), float32, against the reference (summation order only)."""
+    g = torch.Generator().manual_seed(k)
+    n = 24
+    w = torch.randn(n, k, generator=g) / 10
+    x = torch.randn(1, 2 * k if pro == "swiglu" else k, generator=g)
+    nw = torch.rand(k, generator=g) + 0.5
+    r = torch.randn(1, n, generator=g)
+    out = gemv.gemv(*_d(x, w), pro, *_d(nw), EPS, *_d(r), cfg).cpu()
+    ref = gemv.reference(x, w, pro, nw, EPS, r)
+    assert float((out - ref).norm() / ref.norm()) < 1e-5
+
+
+def test_default_configs_add_wide_tiles_only_for_narrow_weights():
+    """:func:`gemv.default_configs`: K = 576 gets the 1024-column tiles (not 2048: past next_pow2(K)); K = 1536 both;
+    K = 18944 (Qwen2-7B down) none of them."""
+    assert gemv.default_configs(576)[:len(gemv.CONFIGS)] == gemv.CONFIGS
+    assert {c[1] for c in gemv.default_configs(576)} - {c[1] for c in gemv.CONFIGS} == {1024}
+    assert {c[1] for c in gemv.default_configs(1536)} - {c[1] for c in gemv.CONFIGS} == {1024, 2048}
+    assert gemv.default_configs(18944) == gemv.CONFIGS

@@ -130,3 +130,36 @@ def test_sweep_on_other_text_or_weights_recomputes(tiny, tmp_path, monkeypatch):
     other = run_quant_sweep(tiny, CharTok(), cfg, text=TEXT.upper(), **kw)
     run_quant_sweep(retrained, CharTok(), cfg, text=TEXT, **kw)
     assert calls == cfg * 3 and len(other) == 1
+
+
+def test_run_quant_speed_takes_random_weights_times_every_point_and_resumes(tiny, calib_ids, tmp_path, monkeypatch):
+    """:func:`run_quant_speed`: a model flagged random (``load_model("random:...")`` provenance) is refused by the
+    fidelity sweep but timed here, one row per point (FP, RTN, AWQ, GPTQ at INT4 g64) with the speed columns, the
+    runtime the engine ran (INT4 kernels for every method) and the "timing only" label; a re-run with a stored name
+    computes only a new point; ``speed=False`` names the fix."""
+    from workbench.models import RandomWeightsError
+    from workbench.models.provenance import RANDOM_LABEL, attach
+    from workbench.quant import run_quant_speed
+
+    attach(tiny, {"source": "random", "name": "random:tiny", "weights": "random"})
+    with pytest.raises(RandomWeightsError):
+        run_quant_sweep(tiny, CharTok(), [QuantConfig(group_size=64)], text=TEXT, n_tokens=128, seq_len=64,
+                        n_questions=0, speed=FAST)
+    small = {"n_calib_samples": 2, "calib_seq_len": 32, "awq_grid": 2, "awq_max_tokens": 64}
+    configs = [QuantConfig(method=m, group_size=64, **small) for m in ("rtn", "awq", "gptq")]
+    kw = {"speed": FAST, "calib": calib_ids, "root": tmp_path, "progress": False}
+    df = run_quant_speed(tiny, CharTok(), configs, name="spd", **kw)
+    assert list(df["method"]) == ["fp", "rtn", "awq", "gptq"] and set(df["weights"]) == {RANDOM_LABEL}
+    assert (df[["decode_ms_b1", "decode_ms_b2", "prefill_ms_16"]] > 0).all().all()
+    assert df["runtime"].iloc[0] == "dense" and all(r.startswith("int4") for r in df["runtime"].iloc[1:])
+    assert df["engine_weight_bytes"].iloc[0] > 2 * df["engine_weight_bytes"].iloc[1]
+    assert "kl_mean" not in df and "mmlu_acc" not in df
+    assert df["speedup_b1"].iloc[0] == 1.0
+    assert df["speedup_b2"].iloc[2] == pytest.approx(df["decode_ms_b2"].iloc[0] / df["decode_ms_b2"].iloc[2])
+    calls = []
+    real = sw.measure_speed
+    monkeypatch.setattr(sw, "measure_speed", lambda m, c: calls.append(1) or real(m, c))
+    df2 = run_quant_speed(tiny, CharTok(), configs + [QuantConfig(group_size=32, **small)], name="spd", **kw)
+    assert len(calls) == 1 and len(df2) == 5
+    with pytest.raises(ValueError, match="speed=True"):
+        run_quant_speed(tiny, CharTok(), configs, speed=False)

@@ -259,8 +259,21 @@ SEARCH_CONFIGS = [(bn, bk, sk, nw, st) for bn, bk, nw in TILES for sk in (1, 2, 
 # variants for narrow models; fewer configurations keep the first build's compile time short.
 CONFIGS = [(4, 512, 1, 4, 1), (8, 512, 1, 4, 1), (16, 512, 1, 8, 1), (16, 256, 1, 4, 1), (32, 256, 1, 8, 1),
            (8, 512, 2, 4, 1), (16, 256, 2, 4, 1), (16, 256, 4, 4, 1), (8, 256, 4, 4, 1), (4, 512, 4, 4, 1)]
+# Tiles whose one or two steps cover the whole K range of a narrow weight, tried besides CONFIGS where BLOCK_K lies
+# in [K / 2, next_pow2(K)] (:func:`default_configs`): the first step's weights are loaded before the kernel waits
+# for its predecessor (programmatic dependent launch). On the H200 (benchmarks/results/h200_2026-12-01d/probe/) they
+# took the SmolLM2-135M calls from 1.79-2.82 us (CONFIGS) to 1.47-2.74 us.
+WIDE_CONFIGS = [(8, 1024, 1, 4, 1), (16, 1024, 1, 8, 1), (16, 1024, 2, 8, 1), (4, 2048, 1, 4, 1), (8, 2048, 1, 8, 1),
+                (16, 2048, 1, 8, 1)]
 DEFAULT = (8, 512, 1, 4, 1)
 _BEST: dict = {}
+
+
+def default_configs(k: int) -> list:
+    """What :func:`tune` tries for a weight of ``k`` in-features: :data:`CONFIGS` plus the :data:`WIDE_CONFIGS`
+    with ``k / 2 <= BLOCK_K <= next_pow2(k)``."""
+    wide = [c for c in WIDE_CONFIGS if k / 2 <= c[1] <= triton.next_power_of_2(k)]
+    return CONFIGS + [c for c in wide if c not in CONFIGS]
 
 
 def _key(n, k, prologue, has_res, dtype):
@@ -269,7 +282,7 @@ def _key(n, k, prologue, has_res, dtype):
 
 def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, configs=None,
          l2_bytes: float = 128e6, timings: dict | None = None, rope: tuple | None = None):
-    """Time ``configs`` (default :data:`CONFIGS`) for this call under CUDA-graph replay with the weight
+    """Time ``configs`` (default :func:`default_configs`) for this call under CUDA-graph replay with the weight
     rotated over enough copies (>= ``l2_bytes``) that L2 holds none of it; cache the fastest in
     :data:`_BEST` and return it. Variants whose result differs from the unsplit default by more than
     1% (norm) are skipped. ``rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)``
@@ -281,7 +294,7 @@ def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, confi
         return _BEST[key]
     copies = min(64, max(1, -(-int(l2_bytes) // w.nbytes)))  # (small models: L2 may then hold them)
     ws = [w] + [w.clone() for _ in range(copies - 1)]
-    configs = configs or CONFIGS
+    configs = configs or default_configs(k)
     if rope is not None:
         d = rope[5].shape[-1]
         configs = [c for c in configs if c[0] >= 2 and not c[0] & (c[0] - 1) and d % c[0] == 0]

@@ -470,8 +470,12 @@ CONFIGS = [(16, 1, 4, 4, 1), (16, 1, 4, 4, 2), (32, 1, 4, 4, 1), (32, 1, 2, 4, 2
 # every weight word of a program is loaded before the kernel waits for its predecessor (programmatic dependent
 # launch), so a small matmul (SmolLM2-135M: K = 576 / 1536, group 64) has no DRAM round trip after the wait.
 # Kept only where a thread holds at most WORDS_MAX words of a step (the larger tiles spill on wide groups).
+# On the H200 (benchmarks/results/h200_2026-12-01d/probe/) (16, 1, 16, 4, 1) won every 135M call, 30-45% under the
+# best of CONFIGS (qkv 2.51 vs 4.12 us); BLOCK_N 32 or two steps of 8 groups were 1.2-1.6 us slower, so the
+# smaller-BLOCK_N / more-warps / 32-group variants of it are tried too.
 PREFETCH_CONFIGS = [(16, 1, 16, 4, 1), (32, 1, 16, 4, 1), (16, 1, 8, 4, 1), (16, 2, 8, 4, 1), (32, 3, 8, 4, 1),
-                    (32, 3, 4, 4, 1)]
+                    (32, 3, 4, 4, 1), (8, 1, 16, 4, 1), (8, 1, 16, 2, 1), (16, 1, 16, 8, 1), (16, 1, 32, 4, 1),
+                    (8, 1, 32, 4, 1), (8, 1, 32, 8, 1)]
 WORDS_MAX = 32
 DEFAULT = (16, 1, 4, 4, 2)  # used when a call is captured before its shape was tuned
 _BEST: dict = {}

@@ -11,7 +11,7 @@ from .qlinear import QuantLinear
 from .quantize import quantizable_linears, quantize
 from .runtime import convert_for_runtime, runtime_summary
 from .speed import SpeedConfig, measure_speed
-from .sweep import demo_defaults, run_quant_sweep
+from .sweep import demo_defaults, run_quant_speed, run_quant_sweep
 from .verdict import QuantVerdict, compare_points, takeaways
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
            "quant_grid",
            "quantizable_linears",
            "quantize",
+           "run_quant_speed",
            "run_quant_sweep",
            "runtime_summary",
            "takeaways",

@@ -214,6 +214,8 @@ GRIDS: dict[str, tuple[str, ...]] = {
     "table": ("rtn_int4_g128", "gptq_int4_g128", "awq_int4_g128", "rtn_int8_channel_sym", "rtn_int3_g128",
               "rtn_int4_tensor_sym", "rtn_int4_g32", "rtn_int4_g32_fz"),
     "smoke": ("rtn_int4_tensor_sym", "rtn_int4_g64"),
+    # run_quant_speed on a random-init 7B shape (notebook 01's timing section): the W4A16 runtimes of the three methods
+    "timing": ("rtn_int4_g128", "awq_int4_g128", "gptq_int4_g128"),
 }
 
 

@@ -12,15 +12,25 @@ import torch
 from workbench.device import resolve_device
 from workbench.eval.fidelity import eval_windows, run_fidelity
 from workbench.eval.mmlu import run_mmlu, summarize_mmlu
-from workbench.models import require_trained
+from workbench.models import require_trained, weights_label
 
 from .config import QuantConfig
 from .footprint import footprint
 from .quantize import quantize
 from .speed import SpeedConfig, measure_speed
 
-__all__ = ["DEMO_SUBJECTS", "FORMULATIONS", "FP_LABEL", "MMLU_CHANCE", "default_mmlu_size", "demo_defaults", "resolve_device",
-           "run_quant_point", "run_quant_sweep"]
+__all__ = [
+    "DEMO_SUBJECTS",
+    "FORMULATIONS",
+    "FP_LABEL",
+    "MMLU_CHANCE",
+    "default_mmlu_size",
+    "demo_defaults",
+    "resolve_device",
+    "run_quant_point",
+    "run_quant_speed",
+    "run_quant_sweep",
+]
 
 FP_LABEL = "FP"
 FORMULATIONS = ("mmlu", "mmlu_continuation")  # lm-eval task names: letters A-D, or the choice texts (cloze)
@@ -222,3 +232,70 @@ def _asdict(c: QuantConfig) -> dict:
     d = asdict(c)
     d["skip"] = list(d["skip"])
     return d
+
+
+def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: bool | SpeedConfig = True, calib=None,
+                    include_fp: bool = True, name: str | None = None, root=None, progress: bool = True) -> pd.DataFrame:
+    """Speed and memory only of each quantization point: quantize, convert for the engine, time
+    (:func:`workbench.quant.speed.measure_speed`); no fidelity, no MMLU. Unlike :func:`run_quant_sweep` it accepts
+    a model with random weights (``load_model("random:qwen2-7b")``): where a small model's decode step is bound by
+    per-kernel latency (the built-in 135M model on an H200: its matmuls read 0.3-3.5 MB each), a published 7B
+    shape shows what the quantized runtimes cost when the weights' bytes dominate. AWQ and GPTQ calibrate on the
+    model's own activations (``calib`` or WikiText-2 valid through ``tok``); with random weights their scales and
+    rounding mean nothing, their runtime format (the kernels that run, AWQ's folded scales) is the real one.
+
+    Args: ``model``, ``tok`` as :func:`run_quant_sweep` (any weights); ``configs`` :class:`QuantConfig` list
+    (``None``: the FP model); ``speed`` ``True`` (:meth:`SpeedConfig.for_device`) or a :class:`SpeedConfig`;
+    ``name``: results-store name (each finished point is stored; a re-run skips it).
+
+    Returns: one row per point: the config fields, ``quantize_s``, the :func:`footprint` fields, the
+    :func:`measure_speed` columns (``decode_ms_b{B}`` ms per token, ``prefill_ms_{T}`` ms, ``peak_mem_bytes``,
+    ``speed_device``, ``runtime``) and ``weights`` ("trained" or "random weights: timing only").
+
+    Raises: ``ValueError`` for ``speed=False`` (nothing to measure) or what :func:`measure_speed` raises.
+    """
+    if speed is False or speed is None:
+        raise ValueError("run_quant_speed measures speed only: pass speed=True or a SpeedConfig "
+                         "(run_quant_sweep(..., speed=False) gives fidelity without speed)")
+    device = next(model.parameters()).device
+    speed_cfg = SpeedConfig.for_device(device) if speed is True else speed
+    label = weights_label(model)
+    points = ([None] if include_fp and None not in configs else []) + list(configs)
+
+    def fn_key(k: dict) -> pd.DataFrame:
+        cfg = {kk: v for kk, v in k.items() if kk != "_eval"}
+        t0 = time.perf_counter()
+        if cfg.get("method") == "fp":
+            qmodel = model
+            row = {"method": "fp", "w_bits": 16 if next(model.parameters()).dtype != torch.float32 else 32,
+                   "group_size": 0, "granularity": "none", "symmetric": False, "scheme": FP_LABEL, "label": FP_LABEL}
+        else:
+            qc = QuantConfig(**cfg)
+            qmodel = quantize(model, qc, calib, tok=tok)[0]
+            row = qc.to_row()
+        row["quantize_s"] = time.perf_counter() - t0
+        row.update(footprint(qmodel))
+        row.update(measure_speed(qmodel, speed_cfg))
+        row["weights"] = label
+        del qmodel
+        return pd.DataFrame([row])
+
+    ev = ["speed only", list(_speed_key(speed_cfg))]
+    keys = [{**({"method": "fp"} if c is None else _asdict(c)), "_eval": ev} for c in points]
+    if name is None:
+        return speedup_vs_fp(pd.concat([fn_key(k) for k in keys], ignore_index=True))
+    from workbench.results import collect_provenance, data_digest, sweep
+
+    prov = collect_provenance(model=model, config={"configs": keys}, speed_only=True,
+                              data={"calib": None if calib is None else data_digest(calib)})
+    return speedup_vs_fp(sweep(name, keys, fn_key, provenance=prov, root=root, progress=progress))
+
+
+def speedup_vs_fp(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``speedup_b{B}`` = FP row's ``decode_ms_b{B}`` / this row's, for every ``decode_ms_b{B}`` column
+    (NaN without an FP row; > 1: faster than full precision at that batch)."""
+    df = df.copy()
+    fp = df[df["method"] == "fp"] if "method" in df else df.iloc[:0]
+    for c in [c for c in df.columns if c.startswith("decode_ms_b")]:
+        df[f"speedup_b{c[len('decode_ms_b'):]}"] = (float(fp[c].iloc[0]) / df[c]) if len(fp) else float("nan")
+    return df
