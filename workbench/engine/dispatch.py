@@ -65,7 +65,9 @@ INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
 # without it such a model has no fused path at all). The A/B on the H200 (benchmarks/check_w4_onerow.py, both
 # variants in one run, fresh engines, CUDA graphs; benchmarks/results/h200_2026-12-01c/w4/) measured batch-1 decode
 # of random-init SmolLM2-135M W4A16 g64 at 0.736 ms fused vs 0.825 ms unfused, and of Qwen2-7B g128 at 3.350 ms
-# fused vs 2.635 ms unfused (2.607 ms with the prologues as their own kernels). The environment variable
+# fused vs 2.635 ms unfused (2.607 ms with the prologues as their own kernels); with the fused calls tuned as
+# themselves and the whole-K tiles (benchmarks/results/h200_2026-12-01d/w4/) 0.515 vs 0.752 ms and 2.765 vs
+# 2.588 ms (2.554). The environment variable
 # WORKBENCH_INT4_ONE_ROW_FUSED ("0", "1", "auto"), read at import, overrides it (benchmarks A/B it that way).
 def _one_row_from_env() -> bool | str:
     """:data:`INT4_ONE_ROW_FUSED` from ``WORKBENCH_INT4_ONE_ROW_FUSED`` (unset or empty: "auto"). Raises ValueError
