@@ -74,6 +74,7 @@ def main(argv=None) -> None:
     ap.add_argument("--speed-only", action="store_true",
                     help="speed and memory only (workbench.quant.run_quant_speed); implied for a random: model")
     ap.add_argument("--out", default=None, help="also write the speed-only table as JSON here")
+    ap.add_argument("--repeats", type=int, default=None, help="timed runs per speed point (SpeedConfig.repeats)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
@@ -105,7 +106,8 @@ def speed_only(model, tok, a) -> None:
     configs = quant_grid(grid, n_calib_samples=4, calib_seq_len=128, awq_max_tokens=512, awq_grid=4)
     configs = [configs[int(i)] for i in a.only.split(",")] if a.only else configs
     name = a.name or f"quant_speed_{a.model.replace(':', '_')}_{grid}_{a.device.replace(':', '')}_{a.dtype}"
-    df = run_quant_speed(model, tok, configs, speed=SpeedConfig.for_device(a.device), name=name)
+    over = {} if a.repeats is None else {"repeats": a.repeats}
+    df = run_quant_speed(model, tok, configs, speed=SpeedConfig.for_device(a.device, **over), name=name)
     cols = [c for c in SPEED_COLS if c in df]
     md = (f"Speed on {df['speed_device'].iloc[0]} ({df['speed_clock'].iloc[0]} clock), {df['weights'].iloc[0]}\n\n"
           + "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
