@@ -106,7 +106,7 @@ def test_speed_config_fields_name_themselves(field, bad):
     with pytest.raises(ValueError, match=rf"SpeedConfig\.{field}="):
         SpeedConfig(**{field: bad})
     assert SpeedConfig(decode_batches=[1, 4]).decode_batches == (1, 4)
-    assert SpeedConfig.for_device("cpu").repeats == 1 and SpeedConfig.for_device("cuda").repeats == 5
+    assert SpeedConfig.for_device("cpu").repeats == 1 and SpeedConfig.for_device("cuda").repeats == 30
 
 
 def test_sweep_on_other_text_or_weights_recomputes(tiny, tmp_path, monkeypatch):

@@ -48,7 +48,7 @@ class SpeedConfig:
     decode_batches: tuple[int, ...] = (1, 8)  # sequences per timed decode step
     prefill_tokens: int = 512  # prompt length of the timed prefill
     context: int = 128  # cached tokens per sequence before the timed decode step
-    repeats: int = 5  # timed runs per point (median); the CPU demo uses fewer
+    repeats: int = 5  # timed runs per point (median); for_device: 30 on CUDA, 1 on the CPU
     warmup: int = 1  # untimed runs per point (CUDA graph capture, allocator)
 
     def __post_init__(self):
@@ -61,11 +61,14 @@ class SpeedConfig:
 
     @classmethod
     def for_device(cls, device, **overrides) -> SpeedConfig:
-        """The defaults on CUDA; on the CPU one timed run, no warm-up (nothing to capture or compile)
-        and 32 cached tokens per sequence (CPU time is scarce: the batch-8 context is prefilled
-        first). ``overrides`` replace fields."""
-        cpu = {} if torch.device(device).type == "cuda" else {"repeats": 1, "warmup": 0, "context": 32}
-        return cls(**{**cpu, **overrides})
+        """On CUDA 30 timed runs per point (a step costs milliseconds; on the H200 the medians of 5 runs of a
+        random-init Qwen2-7B came out 4-9% above those of 30 and moved more between runs: RTN W4A16 batch 1
+        3.009 / 3.079 ms at 5 against 2.802 / 2.774 at 30, ``benchmarks/results/h200_2026-12-01d/repeats/``);
+        on the CPU one timed run, no warm-up (nothing to capture or compile) and 32 cached tokens per
+        sequence (CPU time is scarce: the batch-8 context is prefilled first). ``overrides`` replace
+        fields."""
+        dev = {"repeats": 30} if torch.device(device).type == "cuda" else {"repeats": 1, "warmup": 0, "context": 32}
+        return cls(**{**dev, **overrides})
 
 
 def _device_label(device: torch.device) -> str:
