@@ -2,9 +2,9 @@
 
 Usage (resumable: an interrupted run skips the points already stored):
 
-    python benchmarks/quant_table.py --n-tokens 4096 --n-questions 0         # CPU, no MMLU
-    python benchmarks/quant_table.py --device cuda --dtype bfloat16 --n-questions 10   # + MMLU (570 q.)
-    python benchmarks/quant_table.py --grid full                            # notebook 01's 26 points
+    python -m benchmarks.quant_table --n-tokens 4096 --n-questions 0         # CPU, no MMLU
+    python -m benchmarks.quant_table --device cuda --dtype bfloat16 --n-questions 10   # + MMLU (570 q.)
+    python -m benchmarks.quant_table --grid full                            # notebook 01's 26 points
 
 Rows: the named grid ``--grid`` of ``workbench.quant.GRIDS`` (default ``table``: FP; RTN g128 INT4; GPTQ
 and AWQ g128 INT4; INT8 per channel; RTN g128 INT3; RTN per-tensor symmetric INT4; and two g32 INT4 rows
@@ -19,9 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (python benchmarks/quant_table.py): the repo root for `benchmarks`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from benchmarks.common import environment
 from workbench.models import is_random, load_model
 from workbench.quant import GRIDS, quant_grid, run_quant_speed, run_quant_sweep
 from workbench.quant.speed import SpeedConfig
@@ -60,7 +67,8 @@ def main(argv=None) -> None:
     ap.add_argument("--n-tokens", type=int, default=4096, help="WikiText-2 test tokens for KL / top-1 / ppl")
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--grid", default="table", choices=sorted(GRIDS), help="named grid of presets")
+    ap.add_argument("--grid", default=None, choices=sorted(GRIDS),
+                    help="named grid of presets (default: table; timing with --speed-only)")
     ap.add_argument("--n-questions", type=int, default=None,
                     help="MMLU questions per subject (0: skip MMLU; default 10 on CUDA, 1 on the CPU)")
     ap.add_argument("--n-shot", type=int, default=None, help="default 0 (mmlu_continuation), 5 (mmlu)")
@@ -79,7 +87,10 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     model, tok = load_model(a.model, dtype=a.dtype, device=a.device)
     if a.speed_only or is_random(model):
+        if a.no_speed:
+            ap.error("--no-speed contradicts --speed-only (implied for a random: model): drop one of them")
         return speed_only(model, tok, a)
+    a.grid = a.grid or "table"
     suffix = "" if (a.device, a.dtype) == ("cpu", "float32") else f"_{a.device.replace(':', '')}_{a.dtype}"
     nq = "auto" if a.n_questions is None else a.n_questions
     grid = "" if a.grid == "table" else f"_{a.grid}"
@@ -102,10 +113,10 @@ SPEED_COLS = ["label", "scheme", "weights", "decode_ms_b1", "speedup_b1", "decod
 def speed_only(model, tok, a) -> None:
     """The speed columns of grid ``--grid`` (default for this mode: "timing", the three W4A16 methods) and FP, on a
     model of any weights (``random:qwen2-7b``: timing only); AWQ / GPTQ calibrate on 4 windows of 128 tokens."""
-    grid = "timing" if a.grid == "table" else a.grid
+    grid = a.grid or "timing"
     configs = quant_grid(grid, n_calib_samples=4, calib_seq_len=128, awq_max_tokens=512, awq_grid=4)
     configs = [configs[int(i)] for i in a.only.split(",")] if a.only else configs
-    name = a.name or f"quant_speed_{a.model.replace(':', '_')}_{grid}_{a.device.replace(':', '')}_{a.dtype}"
+    name = a.name or re.sub(r"[^A-Za-z0-9_.-]", "_", f"quant_speed_{a.model}_{grid}_{a.device}_{a.dtype}")
     over = {} if a.repeats is None else {"repeats": a.repeats}
     df = run_quant_speed(model, tok, configs, speed=SpeedConfig.for_device(a.device, **over), name=name)
     cols = [c for c in SPEED_COLS if c in df]
@@ -116,10 +127,6 @@ def speed_only(model, tok, a) -> None:
     print(md, flush=True)
     (results_dir() / f"{name}.md").write_text(md + "\n")
     if a.out:
-        from pathlib import Path
-
-        from benchmarks.common import environment
-
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps({"env": environment(), "model": a.model,
                                            "rows": df.to_dict(orient="records")}, indent=1, default=str))

@@ -184,13 +184,16 @@ grid[[c for c in ("label", "speed_device", "runtime", "engine_weight_bytes", "pe
 
 # %% [markdown]
 # ## The same runtimes on a 7B shape (timing only)
-# On the built-in model a decode step is bound by per-kernel latency, not bytes: each matmul reads 0.3-3.5 MB,
+# On the built-in model a decode step is bound by per-kernel latency, not bytes: each layer's matmuls read 0.3-3.5 MB,
 # well under a microsecond at an H200's bandwidth, and costs 1.5-4 µs to run, so W4A16's fourfold fewer bytes
 # buy little there and its dequantization costs a little (`benchmarks/RESULTS.md`, "Why W4A16 does not win on the
-# 135M model"). A published 7B shape with random weights (`WB_TIMING_SHAPE=random:qwen2-7b`; about 15 GB of GPU
-# memory) times the same three W4A16 runtimes where the weights' bytes dominate. Random weights have no quality,
-# so `run_quant_speed` measures speed and memory only (AWQ and GPTQ calibrate on a few windows: their format,
-# not their rounding, sets the speed). `speedup_b*` is the FP row's time over each row's.
+# 135M model"). A published 7B shape with random weights (`WB_TIMING_SHAPE=random:qwen2-7b`; about 35 GB of GPU
+# memory at a time: the model, the quantized copy and its engine; about 4 minutes on an H200, most of it GPTQ)
+# times the same three W4A16 runtimes where the weights' bytes dominate. Random weights have no quality, so
+# `run_quant_speed` measures speed and memory only (AWQ and GPTQ calibrate on a few windows: their format, not
+# their rounding, sets the speed). `speedup_b*` is the FP row's time over each row's. `peak_mem_bytes` counts
+# what the engine allocated: the FP engine uses the model's own single-module weights, so it reads
+# `engine_weight_bytes` but holds less new memory than that.
 
 # %%
 if TIMING_SHAPE:
@@ -201,13 +204,15 @@ if TIMING_SHAPE:
                              name=f"nb01_speed_{TIMING_SHAPE.replace(':', '_')}_{DEVICE.replace(':', '')}_{DTYPE}")
     del tmodel
     torch.cuda.empty_cache() if device.type == "cuda" else None
-    wbn.table(timing, columns=[c for c in ("label", "weights", "decode_ms_b1", "speedup_b1", "decode_ms_b8",
-                                           "speedup_b8", f"prefill_ms_{PREFILL}", "peak_mem_bytes", "runtime")
-                               if c in timing])
 else:
     timing = None
     print("timing shape off: set WB_TIMING_SHAPE=random:qwen2-7b to time these runtimes on a 7B layout "
           "(speed only, random weights; CUDA)")
+
+# %%
+(wbn.table(timing, columns=[c for c in ("label", "weights", "decode_ms_b1", "speedup_b1", "decode_ms_b8", "speedup_b8",
+                                        f"prefill_ms_{PREFILL}", "engine_weight_bytes", "peak_mem_bytes", "runtime")
+                            if c in timing]) if timing is not None else "no timing shape (WB_TIMING_SHAPE)")
 
 # %%
 qp.plot_speed(timing) if timing is not None else "no timing shape (WB_TIMING_SHAPE)"

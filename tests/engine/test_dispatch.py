@@ -222,3 +222,41 @@ def test_one_row_env_override_is_checked(monkeypatch):
     monkeypatch.setenv("WORKBENCH_INT4_ONE_ROW_FUSED", "true")
     with pytest.raises(ValueError, match="set it to 0, 1 or auto"):
         dispatch._one_row_from_env()
+
+
+@pytest.mark.slow
+def test_fused_int4_one_row_calls_are_tuned_up_front_into_the_scratch_column(monkeypatch):
+    """``dispatch._tune_int4_one_row`` (run by ``set_fused_gemv`` on CUDA) tunes every fused one-row INT4 variant of
+    a step (qkv + RoPE, o + residual, gate_up + RMSNorm, down + SwiGLU + residual) under the key the step then looks
+    up, so no timed step tunes; the qkv variant writes k / v only into the cache's scratch column. The CUDA-graph
+    timer is replaced by a fake; before, fused variants were tuned lazily inside the first step."""
+    from workbench.engine import dispatch
+    from workbench.engine.int4 import Int4Linear
+    from workbench.kernels import timing, w4a16
+
+    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
+    monkeypatch.setattr(w4a16, "_BEST", {})
+
+    def fake(fn, inner=20, reps=10):
+        fn()
+        return 1.0
+    monkeypatch.setattr(timing, "cuda_graph_ms", fake)
+    monkeypatch.setattr(Int4Linear, "_can_tune", staticmethod(lambda x: True))
+    tuned = []
+    real = w4a16.tune_fused
+    monkeypatch.setattr(w4a16, "tune_fused", lambda x, *a, **kw: tuned.append((a[5], a[8] is not None,
+                                                                               a[9] is not None))
+                        or real(x, *a, **kw, configs=[w4a16.DEFAULT]))
+    e = Engine.from_hf(_model(), max_batch=2, max_seq=32, use_graphs=False, w4a16="rtn", group_size=64,
+                       w4a16_backend="triton:dequant")
+    e.set_fused_gemv(True)
+    fz = e.fused
+    k0, v0 = e.k_cache.clone(), e.v_cache.clone()
+    dispatch._tune_int4_one_row(e, fz, torch.randn(1, SHAPE["hidden_size"], device=DEV))
+    assert sorted(tuned) == sorted([("rmsnorm", False, True), ("none", True, False), ("rmsnorm", False, False),
+                                    ("swiglu", True, False)])
+    changed = [int(i) for c, c0 in ((e.k_cache, k0), (e.v_cache, v0)) for i in (c != c0).nonzero()[:, 3]]  # [L, B, KV, S, D]
+    assert set(changed) == {e.scratch}
+    n = len(tuned)
+    _steps(e, torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3)).to(DEV))
+    assert len(tuned) == n  # the step found every variant tuned

@@ -182,11 +182,11 @@ def test_fused_gemv_bad_input_names_the_fix():
 
 def test_prefetch_configs_cover_the_whole_k_range_and_match_the_reference():
     """The whole-K tiles of :data:`w4a16.PREFETCH_CONFIGS` on the built-in model's widths (K 576 = 9 groups of 64:
-    one masked step of 16 groups; K 1536 = 24 groups: a 3-way split of one step each), fused prologues included,
+    one masked step of 16 groups; K 1536 = 24 groups: one masked step of 32, or a 3-way split), fused prologues included,
     against the reference (float32: summation order only)."""
     _check(64, 576, [("rmsnorm", False, (16, 1, 16, 4, 1), torch.float32),
-                     ("none", True, (32, 1, 16, 4, 1), torch.float32)])
-    _check(64, 1536, [("swiglu", True, (32, 3, 8, 4, 1), torch.float32)])
+                     ("none", True, (8, 1, 16, 4, 1), torch.float32)])
+    _check(64, 1536, [("swiglu", True, (8, 1, 32, 8, 1), torch.float32), ("none", True, (32, 3, 4, 4, 1), torch.float32)])
 
 
 def test_default_configs_add_prefetch_tiles_only_where_they_fit():
@@ -194,16 +194,20 @@ def test_default_configs_add_prefetch_tiles_only_where_they_fit():
     no tile wider than its K range; group 128 drops the tile over WORDS_MAX words a thread."""
     narrow = w4a16.default_configs(576, 64)
     assert narrow[:len(w4a16.CONFIGS)] == w4a16.CONFIGS
-    assert (16, 1, 16, 4, 1) in narrow and (32, 1, 16, 4, 1) in narrow
+    assert (16, 1, 16, 4, 1) in narrow and (8, 1, 16, 4, 1) in narrow and (8, 1, 32, 8, 1) not in narrow  # 9 groups
+    assert (8, 1, 32, 8, 1) in w4a16.default_configs(1536, 64)  # 24 groups: a 32-group step
     assert all(c[2] <= 4 for c in w4a16.default_configs(256, 64))
-    wide = w4a16.default_configs(3584, 128)
-    assert (16, 1, 16, 4, 1) in wide and (32, 1, 16, 4, 1) not in wide  # 32 x 16 x 16 / 128 = 64 words
+    wide = w4a16.default_configs(3584, 128)  # 28 groups: tiles covering a quarter of them in one pass are kept
+    assert (16, 1, 16, 4, 1) in wide and (16, 1, 32, 4, 1) not in wide  # 16 x 32 x 16 / 128 = 64 words
+    assert w4a16.default_configs(18944, 128) == w4a16.CONFIGS  # 148 groups: nothing to prefetch whole
 
 
+@pytest.mark.slow
 def test_tune_fused_times_the_fused_call_and_the_engine_uses_its_choice(monkeypatch):
     """:func:`w4a16.tune_fused` times the fused call (prologue + residual) per configuration (the CUDA-graph timer
     replaced by a table) and caches the fastest under :func:`w4a16.fused_key`; ``Int4Linear.fused`` then launches
-    that configuration, not the plain GEMV's (before: always the plain GEMV's)."""
+    that configuration, not the plain GEMV's (before: always the plain GEMV's); a layer of another group size does
+    not take it."""
     from workbench.engine.int4 import Int4Linear
     from workbench.kernels import timing
 
@@ -220,14 +224,22 @@ def test_tune_fused_times_the_fused_call_and_the_engine_uses_its_choice(monkeypa
     lin = Int4Linear(q, s, z, torch.float32, backend="triton:dequant", device=DEV)
     x, nw, r = _operands(gen, k, "rmsnorm", True, torch.float32)
     x, nw, r = _d(x, nw, r)
-    timings = {}
+    timings, launched = {}, []
+    real = w4a16.gemv_fused
+    monkeypatch.setattr(w4a16, "gemv_fused", lambda *a, **kw: launched.append((a[6], a[9] is not None)) or real(*a, **kw))
     best = w4a16.tune_fused(x, lin.qw, lin.s_t, lin.z_t, g, N, "rmsnorm", nw, EPS, r, configs=list(table),
                             l2_bytes=0, timings=timings)
     assert best == (16, 3, 2, 4, 2) and set(timings) == set(table)
-    assert w4a16._BEST[w4a16.fused_key(N, k, "rmsnorm", True, None)] == best
-    assert (N, k, 1) not in w4a16._BEST  # the plain GEMV's entry is its own
+    assert launched and set(launched) == {("rmsnorm", True)}  # the fused call itself was timed, not the plain GEMV
+    key = w4a16.fused_key(N, k, g, lin.int_zero, torch.float32, "rmsnorm", True, None)
+    assert w4a16._BEST[key] == best
+    assert not any(kk[0] != "fused" for kk in w4a16._BEST)  # the plain GEMV's entries are their own
+    # another group size of the same shape does not reuse this entry
+    q2, s2, z2 = quantize_rtn_int4(torch.randn(N, k, generator=gen) / 8, 32)
+    lin32 = Int4Linear(q2, s2, z2, torch.float32, backend="triton:dequant", device=DEV)
+    assert lin32._fused_cfg(x, "rmsnorm", nw, EPS, r, None) == w4a16.DEFAULT  # (CPU: not tuned, the default)
+    monkeypatch.setattr(w4a16, "gemv_fused", real)
     seen = []
-    real = w4a16.gemv_fused
     monkeypatch.setattr(w4a16, "gemv_fused", lambda *a, **kw: seen.append(a[11]) or real(*a, **kw))
     y = lin.fused(x, "rmsnorm", nw, EPS, r)
     assert seen == [best]

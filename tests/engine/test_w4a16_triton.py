@@ -116,5 +116,5 @@ def test_tune_runs_and_caches_with_a_fake_timer(monkeypatch):
     st, zt = s.t().contiguous().to(DEV), z.t().contiguous().to(DEV)
     x = x.to(DEV)
     assert w4a16.tune(x, qw, st, zt, 64, 96, configs=list(table), l2_bytes=0) == (16, 2, 1, 4, 2)
-    assert w4a16._BEST[(96, 256, 1)] == (16, 2, 1, 4, 2)
+    assert w4a16._BEST[w4a16.gemv_key(96, 256, 1, 64, True, x.dtype)] == (16, 2, 1, 4, 2)
     assert _rel(w4a16.gemv(x, qw, st, zt, 64, 96).cpu(), F.linear(x.cpu(), w_hat)) < 1e-5

@@ -50,7 +50,9 @@ from workbench.engine.runtime import InputScaled
 from workbench.engine.weights import Dense
 
 ROWS_MAX = 64  # rows up to which the few-row kernels run (workbench.kernels.rows.ROWS_MAX)
-TUNE = True  # time the bf16 one-row GEMVs when an engine turns the fused path on (False: default configurations)
+# time the one-row GEMVs (bf16, and the fused INT4 variants) when an engine turns the fused path on (False: the
+# bf16 GEMVs take default configurations, the INT4 ones are tuned on first use outside graph capture)
+TUNE = True
 # run RMSNorm / SwiGLU inside the INT4 kernels (True) or as their own kernel before a plain INT4 GEMM (False):
 # every program of the tensor-core GEMM recomputes the prologue for its K range, which costs instructions the
 # INT4 kernel is short of (benchmarks/RESULTS.md compares both); read when the fused calls are built
@@ -170,9 +172,9 @@ def build(engine, max_rows: int | None = None, tune: bool | None = None,
     """The fused calls for ``engine``'s weights, or None where they do not apply: off CUDA (unless
     ``TRITON_INTERPRET=1``, for tests), triton missing, an o_proj bias, a head_dim without a power-of-two divisor
     >= 4 (the one-row RoPE tile), or a matmul without a fused kernel. ``min_rows`` / ``max_rows`` (default
-    :func:`default_rows`) bound the rows of the steps that use it; ``max_rows`` is cut to what every matmul takes. With ``tune`` (default :data:`TUNE`) on CUDA the bf16 one-row GEMVs are
-    timed for this model's shapes (outside graph capture); if that fails the fused path is off (a warning says
-    why)."""
+    :func:`default_rows`) bound the rows of the steps that use it; ``max_rows`` is cut to what every matmul takes. With ``tune`` (default :data:`TUNE`) on CUDA the one-row GEMVs
+    (bf16, and the fused INT4 variants where one-row steps are fused) are timed for this model's shapes (outside
+    graph capture, :func:`_tune_one_row`); if that fails the fused path is off (a warning says why)."""
     w, spec = engine.w, engine.spec
     if engine.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return None
@@ -190,7 +192,7 @@ def build(engine, max_rows: int | None = None, tune: bool | None = None,
     fz = FusedMatmuls(gemv, rows, engine.ops, rows_cap, spec.head_dim, lo)
     if (TUNE if tune is None else tune) and engine.device.type == "cuda" and lo == 1:
         try:
-            _tune_one_row(engine, gemv)
+            _tune_one_row(engine, gemv, fz)
         except Exception as e:  # noqa: BLE001 - a GPU/Triton combination it does not compile for
             warnings.warn(f"fused kernels off (the unfused path is used): tuning failed with "
                           f"{type(e).__name__}: {str(e)[:300]}", stacklevel=3)
@@ -198,12 +200,16 @@ def build(engine, max_rows: int | None = None, tune: bool | None = None,
     return fz
 
 
-def _tune_one_row(engine, gemv) -> None:
-    """Time the launch configurations of the bf16 one-row GEMV calls of a step (random activations); INT4
-    weights and the multi-row kernels use their default configurations unless ``workbench.kernels.rows.tune``
-    ran for the call."""
+def _tune_one_row(engine, gemv, fz: FusedMatmuls | None = None) -> None:
+    """Time the launch configurations of the one-row GEMV calls of a step (random activations), outside graph
+    capture, so that no timed step pays for it: the bf16 calls (:func:`workbench.kernels.gemv.tune`) and, through
+    ``fz``, the fused INT4 GEMV calls (each variant as the step makes it, :func:`workbench.kernels.w4a16.tune_fused`
+    via :meth:`Int4Linear.fused`). The qkv calls write k / v only into the cache's scratch column. The multi-row
+    kernels use their default configurations unless ``workbench.kernels.rows.tune`` ran for the call."""
     s, lw, dev, dt = engine.spec, engine.w.layers[0], engine.device, engine.dtype
     hid = torch.randn(1, s.hidden, device=dev, dtype=dt)
+    if fz is not None:
+        _tune_int4_one_row(engine, fz, hid)
     with torch.no_grad():
         if isinstance(lw.wqkv, Dense):
             scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column
@@ -218,3 +224,30 @@ def _tune_one_row(engine, gemv) -> None:
             gemv.tune(torch.randn(1, 2 * s.intermediate, device=dev, dtype=dt), lw.wd.w, "swiglu", residual=hid)
         if isinstance(engine.w.lm_head, Dense):
             gemv.tune(hid, engine.w.lm_head.w, "rmsnorm", engine.w.norm, s.rms_eps)
+
+
+def _tune_int4_one_row(engine, fz: FusedMatmuls, hid: torch.Tensor) -> None:
+    """The fused one-row INT4 calls of layer 0 and the lm_head, once each through ``fz`` (so that every fused
+    variant, prologue and AWQ division included, is tuned under the key the step looks up)."""
+    s, lw, dev, dt = engine.spec, engine.w.layers[0], engine.device, engine.dtype
+
+    def one_row(lin) -> bool:
+        inner = _scaled_inner(lin)
+        return isinstance(inner, Int4Linear) and inner.one_row_gemv()
+
+    if fz.min_rows > 1 or not any(map(one_row, (lw.wqkv, lw.wo, lw.wgu, lw.wd, engine.w.lm_head))):
+        return
+    scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column
+    with torch.no_grad():
+        if one_row(lw.wqkv):
+            fz.qkv_rope(lw.wqkv, hid, lw.ln1, s.rms_eps, lw.bqkv, engine.cos, engine.sin, scratch,
+                        torch.zeros(1, dtype=torch.int64, device=dev), 1, engine.k_cache[0], engine.v_cache[0],
+                        s.n_heads, s.n_kv_heads)
+        if one_row(lw.wo):
+            fz.linear(lw.wo, torch.randn(1, s.n_heads * s.head_dim, device=dev, dtype=dt), residual=hid)
+        if one_row(lw.wgu):
+            fz.linear(lw.wgu, hid, "rmsnorm", lw.ln2, s.rms_eps)
+        if one_row(lw.wd):
+            fz.linear(lw.wd, torch.randn(1, 2 * s.intermediate, device=dev, dtype=dt), "swiglu", residual=hid)
+        if one_row(engine.w.lm_head):
+            fz.linear(engine.w.lm_head, hid, "rmsnorm", engine.w.norm, s.rms_eps)

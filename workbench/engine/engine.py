@@ -93,7 +93,8 @@ class Engine:
         if max_batch < 1 or max_seq < 1:
             raise ValueError(f"max_batch={max_batch} and max_seq={max_seq} must be >= 1")
         self.spec, self.w, self.dtype, self.device = spec, weights, dtype, device
-        for m in weights.matmuls():  # tune INT4 GEMVs now, not inside the first (timed) step
+        for m in weights.matmuls():  # tune the plain INT4 GEMVs now, not inside the first (timed) step (the
+            # fused one-row variants: when the fused path is turned on, workbench.engine.dispatch.build)
             if hasattr(m, "warmup"):
                 m.warmup(max_batch)
         self.config = hf_config  # the HF config (RoPE parameters); engines may share weights

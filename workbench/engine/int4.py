@@ -25,7 +25,8 @@ Backends for ``y = x @ w_hat.T``:
   otherwise the CUDA-core GEMV of :mod:`workbench.kernels.w4a16` for ``M <= SMALL_M`` (= 1) rows (tuned per
   shape on first use outside graph capture, or up front with :meth:`Int4Linear.warmup`). One-row calls go to
   that GEMV wherever it takes the group size (:data:`ONE_ROW_GEMV`), and it takes the same fused operations
-  for one row (:meth:`fused`, :func:`workbench.kernels.w4a16.gemv_fused`).
+  for one row (:meth:`fused`, :func:`workbench.kernels.w4a16.gemv_fused`; each fused variant tuned as itself,
+  up front when the engine turns its fused path on, :func:`workbench.engine.dispatch.build`).
 * ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
   (``"tinygemm"``, ``"gemlite"``, ``"dequant"`` or ``"rows"``) for more rows (prefill).
 * ``"triton:dequant"`` (the CUDA default) -- more rows than the small kernel takes (prefill) dequantize the
@@ -62,7 +63,7 @@ ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: 
 FEW_ROWS_TINYGEMM = True
 # one-row fused calls (Int4Linear.fused through the CUDA-core GEMV) take a launch configuration tuned for the fused
 # call itself (prologue, residual, RoPE epilogue; workbench.kernels.w4a16.tune_fused), as the bf16 GEMV does; False:
-# the configuration tuned for the plain GEMV of the same shape (before 2026-12-01, night)
+# the configuration tuned for the plain GEMV of the same shape (what ran before the fused calls had their own tuner)
 TUNE_FUSED = True
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
@@ -240,8 +241,13 @@ class Int4Linear:
         from workbench.kernels import w4a16
 
         for m in range(1, min(max_m, SMALL_M) + 1):
-            if (self.out_features, self.in_features, m) not in w4a16._BEST:
+            if self._key(m) not in w4a16._BEST:
                 self._tune(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
+
+    def _key(self, m: int) -> tuple:
+        from workbench.kernels import w4a16
+
+        return w4a16.gemv_key(self.out_features, self.in_features, m, self.group_size, self.int_zero, self.dtype)
 
     def _gemv_ok(self) -> bool:
         g = self.group_size
@@ -265,23 +271,30 @@ class Int4Linear:
         outside graph capture), else the default."""
         from workbench.kernels import w4a16
 
-        cfg = w4a16._BEST.get((self.out_features, self.in_features, x.shape[0]))
+        cfg = w4a16._BEST.get(self._key(x.shape[0]))
         if cfg is None:
             cfg = (w4a16.DEFAULT if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing()
                    else self._tune(x))
         return cfg
 
+    @staticmethod
+    def _can_tune(x: torch.Tensor) -> bool:
+        """Tuning times CUDA graphs: on CUDA, outside graph capture."""
+        return x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
+
     def _fused_cfg(self, x, prologue, norm_weight, eps, residual, rope):
         """The launch configuration of a one-row fused GEMV call: tuned for the call itself
-        (:func:`workbench.kernels.w4a16.tune_fused`, on CUDA outside graph capture, once per shape and variant),
-        else the plain GEMV's (:meth:`_gemv_cfg`). :data:`TUNE_FUSED` False: the plain GEMV's always."""
+        (:func:`workbench.kernels.w4a16.tune_fused`, on CUDA outside graph capture, once per
+        :func:`~workbench.kernels.w4a16.fused_key`: shape, group, zero path, dtype and fusions), else the plain
+        GEMV's (:meth:`_gemv_cfg`). :data:`TUNE_FUSED` False: the plain GEMV's always."""
         from workbench.kernels import w4a16
 
         if not TUNE_FUSED:
             return self._gemv_cfg(x[:, :self.in_features])
-        key = w4a16.fused_key(self.out_features, self.in_features, prologue, residual is not None, rope)
+        key = w4a16.fused_key(self.out_features, self.in_features, self.group_size, self.int_zero, x.dtype, prologue,
+                              residual is not None, rope)
         cfg = w4a16._BEST.get(key)
-        if cfg is None and x.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+        if cfg is None and self._can_tune(x):
             cfg = w4a16.tune_fused(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
                                    norm_weight, eps, residual, rope, self.int_zero)
         return cfg or self._gemv_cfg(x[:, :self.in_features])

@@ -261,10 +261,10 @@ CONFIGS = [(4, 512, 1, 4, 1), (8, 512, 1, 4, 1), (16, 512, 1, 8, 1), (16, 256, 1
            (8, 512, 2, 4, 1), (16, 256, 2, 4, 1), (16, 256, 4, 4, 1), (8, 256, 4, 4, 1), (4, 512, 4, 4, 1)]
 # Tiles whose one or two steps cover the whole K range of a narrow weight, tried besides CONFIGS where BLOCK_K lies
 # in [K / 2, next_pow2(K)] (:func:`default_configs`): the first step's weights are loaded before the kernel waits
-# for its predecessor (programmatic dependent launch). On the H200 (benchmarks/results/h200_2026-12-01d/probe/) they
-# took the SmolLM2-135M calls from 1.79-2.82 us (CONFIGS) to 1.47-2.74 us.
-WIDE_CONFIGS = [(8, 1024, 1, 4, 1), (16, 1024, 1, 8, 1), (16, 1024, 2, 8, 1), (4, 2048, 1, 4, 1), (8, 2048, 1, 8, 1),
-                (16, 2048, 1, 8, 1)]
+# for its predecessor (programmatic dependent launch). On the H200 (benchmarks/results/h200_2026-12-01d/
+# probe_first_b40cf31/) they took the SmolLM2-135M calls from 1.79-2.82 us (CONFIGS) to 1.47-2.74 us.
+# Kept: those within 8% of the best in either probe (.../probe/ too; no 2048-column tile was).
+WIDE_CONFIGS = [(8, 1024, 1, 4, 1), (16, 1024, 1, 8, 1), (16, 1024, 2, 8, 1)]
 DEFAULT = (8, 512, 1, 4, 1)
 _BEST: dict = {}
 

@@ -470,12 +470,11 @@ CONFIGS = [(16, 1, 4, 4, 1), (16, 1, 4, 4, 2), (32, 1, 4, 4, 1), (32, 1, 2, 4, 2
 # every weight word of a program is loaded before the kernel waits for its predecessor (programmatic dependent
 # launch), so a small matmul (SmolLM2-135M: K = 576 / 1536, group 64) has no DRAM round trip after the wait.
 # Kept only where a thread holds at most WORDS_MAX words of a step (the larger tiles spill on wide groups).
-# On the H200 (benchmarks/results/h200_2026-12-01d/probe/) (16, 1, 16, 4, 1) won every 135M call, 30-45% under the
-# best of CONFIGS (qkv 2.51 vs 4.12 us); BLOCK_N 32 or two steps of 8 groups were 1.2-1.6 us slower, so the
-# smaller-BLOCK_N / more-warps / 32-group variants of it are tried too.
-PREFETCH_CONFIGS = [(16, 1, 16, 4, 1), (32, 1, 16, 4, 1), (16, 1, 8, 4, 1), (16, 2, 8, 4, 1), (32, 3, 8, 4, 1),
-                    (32, 3, 4, 4, 1), (8, 1, 16, 4, 1), (8, 1, 16, 2, 1), (16, 1, 16, 8, 1), (16, 1, 32, 4, 1),
-                    (8, 1, 32, 4, 1), (8, 1, 32, 8, 1)]
+# Kept: the tiles within 8% of the best of any call in the two H200 probes (benchmarks/results/h200_2026-12-01d/
+# probe_first_b40cf31/ and probe/; each tile is a compilation per call variant). (16, 1, 16, 4, 1) won every 135M
+# call in the first, 30-45% under the best of CONFIGS (qkv 2.51 vs 4.12 us); in the second down took (8, 1, 32, 8, 1),
+# 3.46 vs 4.29 us, and (8, 1, 16, 4, 1) came within 4% on the others; (32, 3, 4, 4, 1) won Qwen2-7B's o_proj.
+PREFETCH_CONFIGS = [(16, 1, 16, 4, 1), (8, 1, 16, 4, 1), (8, 1, 32, 8, 1), (16, 1, 32, 4, 1), (32, 3, 4, 4, 1)]
 WORDS_MAX = 32
 DEFAULT = (16, 1, 4, 4, 2)  # used when a call is captured before its shape was tuned
 _BEST: dict = {}
@@ -489,19 +488,29 @@ def _words_per_thread(cfg, group: int) -> int:
 def default_configs(k: int, group: int) -> list:
     """What :func:`tune` and :func:`tune_fused` try for a weight of ``k`` in-features: :data:`CONFIGS`, plus the
     :data:`PREFETCH_CONFIGS` whose step is no wider than the weight's K range (rounded up to a power of two of
-    groups) and whose tile fits :data:`WORDS_MAX` words a thread."""
-    ng = triton.next_power_of_2(max(1, k // group))
-    extra = [c for c in PREFETCH_CONFIGS if c[2] <= ng and _words_per_thread(c, group) <= WORDS_MAX]
+    groups), whose steps over all splits (``U * SPLIT_K`` groups) cover at least a quarter of it (so a wide weight,
+    e.g. Qwen2-7B's down_proj at K = 18,944, gets none: nothing to prefetch whole) and whose tile fits
+    :data:`WORDS_MAX` words a thread."""
+    ng = max(1, k // group)
+    extra = [c for c in PREFETCH_CONFIGS if c[2] <= triton.next_power_of_2(ng) and 4 * c[1] * c[2] >= ng
+             and _words_per_thread(c, group) <= WORDS_MAX]
     return CONFIGS + [c for c in extra if c not in CONFIGS]
+
+
+def gemv_key(n: int, k: int, m: int, group: int, int_zero: bool, dtype: torch.dtype) -> tuple:
+    """The :data:`_BEST` key of a plain :func:`gemv` call of ``m`` rows: the shape, the group size, the zero-point
+    path and the activation dtype (a tile tuned for one group size may not fit another)."""
+    return (n, k, m, group, bool(int_zero), dtype)
 
 
 def tune(x, qw, s, z, group: int, n: int, int_zero: bool = True, configs=None, l2_bytes: float = 128e6,
          timings: dict | None = None):
     """Time every configuration in ``configs`` (default :func:`default_configs`) for this shape under CUDA-graph
     replay, with the weights rotated over enough copies (>= ``l2_bytes``) that L2 holds none of them, as
-    in a decode step; cache the fastest in :data:`_BEST` under ``(N, K, M)`` and return it. Call outside
-    graph capture. ``timings`` (optional dict) receives ``{cfg: ms}``."""
-    key = (n, x.shape[1], x.shape[0])
+    in a decode step; cache the fastest in :data:`_BEST` under :func:`gemv_key` and return it. Call outside
+    graph capture. ``timings`` (optional dict) receives ``{cfg: ms}``. Raises ``RuntimeError`` when no
+    configuration compiles and gives the reference result (:func:`workbench.kernels.timing.fastest_config`)."""
+    key = gemv_key(n, x.shape[1], x.shape[0], group, int_zero, x.dtype)
     if key in _BEST and timings is None:
         return _BEST[key]
     ws = _copies(qw, s, z, l2_bytes)
@@ -518,9 +527,12 @@ def _copies(qw, s, z, l2_bytes: float) -> list:
     return [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
 
 
-def fused_key(n: int, k: int, prologue: str, has_residual: bool, rope) -> tuple:
-    """The :data:`_BEST` key of a one-row :func:`gemv_fused` call (``rope``: the rope tuple or None)."""
-    return ("fused", n, k, prologue, bool(has_residual), None if rope is None else int(rope[5].shape[-1]))
+def fused_key(n: int, k: int, group: int, int_zero: bool, dtype: torch.dtype, prologue: str, has_residual: bool,
+              rope) -> tuple:
+    """The :data:`_BEST` key of a one-row :func:`gemv_fused` call: :func:`gemv_key`'s fields and the fusions
+    (``rope``: the rope tuple or None; its head_dim is part of the key)."""
+    return ("fused", n, k, group, bool(int_zero), dtype, prologue, bool(has_residual),
+            None if rope is None else int(rope[5].shape[-1]))
 
 
 def tune_fused(x, qw, s, z, group: int, n: int, prologue: str = "none", norm_weight=None, eps: float = 1e-6,
@@ -530,11 +542,13 @@ def tune_fused(x, qw, s, z, group: int, n: int, prologue: str = "none", norm_wei
     epilogue; arguments as there): the prologue's work per program (the RMSNorm statistic over the whole row,
     SiLU) and the epilogue change which tile is fastest, as the bf16 GEMV's tuner
     (:func:`workbench.kernels.gemv.tune`) times its fused calls. The RoPE variant writes the same k / v values
-    into the caches' ``wpos`` column on every timed call (idempotent). Cached in :data:`_BEST` under
-    :func:`fused_key`; returns the configuration. Call outside graph capture; needs CUDA (or the interpreter,
-    with ``timing.cuda_graph_ms`` replaced)."""
+    into the caches' ``wpos`` column on every timed call (the engine tunes with its scratch column,
+    :func:`workbench.engine.dispatch.build`); only q is checked against the reference, the k / v writes go through
+    the same epilogue for every configuration. Cached in :data:`_BEST` under :func:`fused_key`; returns the
+    configuration. Call outside graph capture; needs CUDA (or the interpreter, with ``timing.cuda_graph_ms``
+    replaced). Raises ``RuntimeError`` when no configuration compiles and gives the reference result."""
     k = qw.shape[1] * 8
-    key = fused_key(n, k, prologue, residual is not None, rope)
+    key = fused_key(n, k, group, int_zero, x.dtype, prologue, residual is not None, rope)
     if key in _BEST and timings is None:
         return _BEST[key]
     ws = _copies(qw, s, z, l2_bytes)

@@ -223,7 +223,12 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
 
 
 def _speed_key(c: SpeedConfig) -> tuple:
-    return (list(c.decode_batches), c.prefill_tokens, c.context, c.repeats, c.warmup)
+    """What a stored speed point depends on besides the model and the config: the timing settings and the engine's
+    kernel switches that an A/B flips in one environment (``WORKBENCH_INT4_ONE_ROW_FUSED``, the fused tuner)."""
+    from workbench.engine import dispatch, int4
+
+    return (list(c.decode_batches), c.prefill_tokens, c.context, c.repeats, c.warmup,
+            str(dispatch.INT4_ONE_ROW_FUSED), bool(int4.TUNE_FUSED))
 
 
 def _asdict(c: QuantConfig) -> dict:
@@ -239,7 +244,7 @@ def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: boo
     """Speed and memory only of each quantization point: quantize, convert for the engine, time
     (:func:`workbench.quant.speed.measure_speed`); no fidelity, no MMLU. Unlike :func:`run_quant_sweep` it accepts
     a model with random weights (``load_model("random:qwen2-7b")``): where a small model's decode step is bound by
-    per-kernel latency (the built-in 135M model on an H200: its matmuls read 0.3-3.5 MB each), a published 7B
+    per-kernel latency (the built-in 135M model on an H200: each layer's matmuls read 0.3-3.5 MB), a published 7B
     shape shows what the quantized runtimes cost when the weights' bytes dominate. AWQ and GPTQ calibrate on the
     model's own activations (``calib`` or WikiText-2 valid through ``tok``); with random weights their scales and
     rounding mean nothing, their runtime format (the kernels that run, AWQ's folded scales) is the real one.
