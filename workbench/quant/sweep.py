@@ -97,6 +97,12 @@ def _mmlu(model, tok, questions, dev, n_shot: int, batch_size: int, formulation:
     return out
 
 
+def _fp_row(model) -> dict:
+    """The config fields of the full-precision point (``w_bits`` 16 or 32 from the model's dtype)."""
+    return {"method": "fp", "w_bits": 16 if next(model.parameters()).dtype != torch.float32 else 32,
+            "group_size": 0, "granularity": "none", "symmetric": False, "scheme": FP_LABEL, "label": FP_LABEL}
+
+
 def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tensor, *, calib=None,
                     fp_cache: dict | None = None, batch_size: int = 4, mmlu_questions=None, mmlu_dev=None,
                     n_shot: int = 0, formulation: str = "mmlu_continuation", speed: SpeedConfig | None = None,
@@ -116,9 +122,7 @@ def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tenso
     t0 = time.perf_counter()
     if config is None:
         qmodel, report = model, pd.DataFrame()
-        row = {"method": "fp", "w_bits": 16 if next(model.parameters()).dtype != torch.float32 else 32,
-               "group_size": 0, "granularity": "none", "symmetric": False, "scheme": FP_LABEL,
-               "label": FP_LABEL}
+        row = _fp_row(model)
     else:
         qmodel, report = quantize(model, config, calib, tok=tok)
         row = config.to_row()
@@ -271,9 +275,7 @@ def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: boo
         cfg = {kk: v for kk, v in k.items() if kk != "_eval"}
         t0 = time.perf_counter()
         if cfg.get("method") == "fp":
-            qmodel = model
-            row = {"method": "fp", "w_bits": 16 if next(model.parameters()).dtype != torch.float32 else 32,
-                   "group_size": 0, "granularity": "none", "symmetric": False, "scheme": FP_LABEL, "label": FP_LABEL}
+            qmodel, row = model, _fp_row(model)
         else:
             qc = QuantConfig(**cfg)
             qmodel = quantize(model, qc, calib, tok=tok)[0]
