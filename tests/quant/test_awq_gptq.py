@@ -93,3 +93,39 @@ def test_model_level_layer_output_error_lower_than_rtn(tiny, calib_ids, method):
     if method == "awq":  # per group, the chosen alpha never does worse than RTN (alpha = 0) on its tokens
         assert (rep["awq_loss"] <= rep["awq_loss_rtn"] + 1e-12).all()
         assert set(rep["awq_group"]) >= {"q_proj+k_proj+v_proj", "gate_proj+up_proj", "o_proj", "down_proj"}
+
+
+@pytest.mark.parametrize("granularity,act_order", [("group", False), ("per_channel", False), ("group", True)])
+def test_gptq_stacks_linears_of_one_input_into_one_column_loop(tiny, calib_ids, monkeypatch, granularity, act_order):
+    """GPTQ quantizes q/k/v (and gate/up), which read the same input and so have bit-identical Hessians, as one
+    stacked matrix: 4 column loops a layer instead of 7 (before: one per Linear), and the same codes, scales and
+    zeros as each Linear alone (GPTQ is row-separable; the block updates' float summation may differ in the last
+    bit, so codes must agree on >= 99.9% of entries and scales to 1e-5). Per-tensor scales are not per row: those
+    Linears stay apart."""
+    import importlib
+
+    from workbench.quant import QuantConfig, quantize
+
+    qz = importlib.import_module("workbench.quant.quantize")  # the module (the package exports its function)
+    cfg = QuantConfig(method="gptq", bits=4, granularity=granularity, group_size=32, n_calib_samples=4,
+                      calib_seq_len=32, act_order=act_order, static_groups=act_order)
+    calls = []
+    real = qz.gptq_quantize
+    monkeypatch.setattr(qz, "gptq_quantize", lambda w, *a, **k: calls.append(w.shape[0]) or real(w, *a, **k))
+    stacked = quantize(tiny, cfg, calib_ids)[0]
+    n_layers = len(tiny.model.layers)
+    assert len(calls) == 4 * n_layers
+    monkeypatch.setattr(qz, "STACK_SHARED_HESSIAN", False)
+    calls.clear()
+    alone = quantize(tiny, cfg, calib_ids)[0]
+    assert len(calls) == 7 * n_layers
+    for (name, a), (_, b) in zip(stacked.named_modules(), alone.named_modules()):
+        if hasattr(a, "effective_weight") and hasattr(b, "effective_weight"):
+            wa, wb = a.effective_weight(), b.effective_weight()
+            assert wa.shape == wb.shape, name
+            assert float((wa == wb).float().mean()) >= 0.999, name
+            assert torch.allclose(wa, wb, rtol=1e-5, atol=1e-5) or float((wa != wb).float().mean()) < 1e-3, name
+    calls.clear()
+    quantize(tiny, QuantConfig(method="gptq", bits=4, granularity="per_tensor", n_calib_samples=4,
+                               calib_seq_len=32), calib_ids)
+    assert len(calls) == 7 * n_layers
