@@ -115,6 +115,9 @@ def test_gptq_stacks_linears_of_one_input_into_one_column_loop(tiny, calib_ids, 
     stacked = quantize(tiny, cfg, calib_ids)[0]
     n_layers = len(tiny.model.layers)
     assert len(calls) == 4 * n_layers
+    ptrs = [t.untyped_storage().data_ptr() for m in stacked.modules() if hasattr(m, "effective_weight")
+            for t in (m.scales, m.zeros) if t.numel()]
+    assert len(ptrs) == len(set(ptrs))  # no Linear's buffers are views into another's (safetensors refuses those)
     monkeypatch.setattr(qz, "STACK_SHARED_HESSIAN", False)
     calls.clear()
     alone = quantize(tiny, cfg, calib_ids)[0]

@@ -113,8 +113,9 @@ def _gptq_layer(layer, prefix: str, inputs, lins: dict[str, torch.nn.Linear], cf
                                         sdt, cfg.gptq_damp, cfg.gptq_block, cfg.act_order, _fz(cfg),
                                         cfg.static_groups)
             rows = [lins[n].out_features for n in batch]
-            parts = [t.split(rows) if t.shape[0] == sum(rows) else [t] * len(batch) for t in (codes, s, z)]
-            for n, c_n, s_n, z_n in zip(batch, *parts):  # (a [1, 1] tensor, per-tensor or none, is shared)
+            # each Linear its own tensors (no views into the stacked result: an export must not see shared storage)
+            parts = [[p.clone() for p in t.split(rows)] if len(batch) > 1 else [t] for t in (codes, s, z)]
+            for n, c_n, s_n, z_n in zip(batch, *parts):
                 ql = _make_qlinear(prefix + n, lins[n], c_n, s_n, z_n, cfg)
                 result[n] = (ql, {})
                 _set_module(layer, n, ql)
