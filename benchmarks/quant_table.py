@@ -20,11 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a script (python benchmarks/quant_table.py): the repo root for `benchmarks`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 

@@ -99,9 +99,8 @@ def test_model_level_layer_output_error_lower_than_rtn(tiny, calib_ids, method):
 def test_gptq_stacks_linears_of_one_input_into_one_column_loop(tiny, calib_ids, monkeypatch, granularity, act_order):
     """GPTQ quantizes q/k/v (and gate/up), which read the same input and so have bit-identical Hessians, as one
     stacked matrix: 4 column loops a layer instead of 7 (before: one per Linear), and the same codes, scales and
-    zeros as each Linear alone (GPTQ is row-separable; the block updates' float summation may differ in the last
-    bit, so codes must agree on >= 99.9% of entries and scales to 1e-5). Per-tensor scales are not per row: those
-    Linears stay apart."""
+    zeros as each Linear alone, bit for bit on the CPU (GPTQ is row-separable; on a GPU the block updates' matmuls
+    may sum in another order). Per-tensor scales are not per row: those Linears stay apart."""
     import importlib
 
     from workbench.quant import QuantConfig, quantize
@@ -123,11 +122,9 @@ def test_gptq_stacks_linears_of_one_input_into_one_column_loop(tiny, calib_ids, 
     alone = quantize(tiny, cfg, calib_ids)[0]
     assert len(calls) == 7 * n_layers
     for (name, a), (_, b) in zip(stacked.named_modules(), alone.named_modules()):
-        if hasattr(a, "effective_weight") and hasattr(b, "effective_weight"):
-            wa, wb = a.effective_weight(), b.effective_weight()
-            assert wa.shape == wb.shape, name
-            assert float((wa == wb).float().mean()) >= 0.999, name
-            assert torch.allclose(wa, wb, rtol=1e-5, atol=1e-5) or float((wa != wb).float().mean()) < 1e-3, name
+        if hasattr(a, "effective_weight") and hasattr(b, "effective_weight"):  # bit-equal on the CPU
+            for t in ("qweight", "scales", "zeros"):
+                assert torch.equal(getattr(a, t), getattr(b, t)), (name, t)
     calls.clear()
     quantize(tiny, QuantConfig(method="gptq", bits=4, granularity="per_tensor", n_calib_samples=4,
                                calib_seq_len=32), calib_ids)

@@ -235,7 +235,7 @@ def _tune_int4_one_row(engine, fz: FusedMatmuls, hid: torch.Tensor) -> None:
         inner = _scaled_inner(lin)
         return isinstance(inner, Int4Linear) and inner.one_row_gemv()
 
-    if fz.min_rows > 1 or not any(map(one_row, (lw.wqkv, lw.wo, lw.wgu, lw.wd, engine.w.lm_head))):
+    if not any(map(one_row, (lw.wqkv, lw.wo, lw.wgu, lw.wd, engine.w.lm_head))):
         return
     scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column
     with torch.no_grad():

@@ -244,10 +244,11 @@ class Int4Linear:
             if self._key(m) not in w4a16._BEST:
                 self._tune(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
 
-    def _key(self, m: int) -> tuple:
+    def _key(self, m: int, dtype: torch.dtype | None = None) -> tuple:
         from workbench.kernels import w4a16
 
-        return w4a16.gemv_key(self.out_features, self.in_features, m, self.group_size, self.int_zero, self.dtype)
+        return w4a16.gemv_key(self.out_features, self.in_features, m, self.group_size, self.int_zero,
+                              dtype or self.dtype)
 
     def _gemv_ok(self) -> bool:
         g = self.group_size
@@ -271,7 +272,7 @@ class Int4Linear:
         outside graph capture), else the default."""
         from workbench.kernels import w4a16
 
-        cfg = w4a16._BEST.get(self._key(x.shape[0]))
+        cfg = w4a16._BEST.get(self._key(x.shape[0], x.dtype))
         if cfg is None:
             cfg = (w4a16.DEFAULT if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing()
                    else self._tune(x))

@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from workbench.device import resolve_device
+from workbench.engine import dispatch, int4
 from workbench.eval.fidelity import eval_windows, run_fidelity
 from workbench.eval.mmlu import run_mmlu, summarize_mmlu
 from workbench.models import require_trained, weights_label
@@ -228,11 +229,12 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
 
 def _speed_key(c: SpeedConfig) -> tuple:
     """What a stored speed point depends on besides the model and the config: the timing settings and the engine's
-    kernel switches that an A/B flips in one environment (``WORKBENCH_INT4_ONE_ROW_FUSED``, the fused tuner)."""
-    from workbench.engine import dispatch, int4
-
-    return (list(c.decode_batches), c.prefill_tokens, c.context, c.repeats, c.warmup,
-            str(dispatch.INT4_ONE_ROW_FUSED), bool(int4.TUNE_FUSED))
+    module-level kernel switches that an A/B flips in one environment (``WORKBENCH_INT4_ONE_ROW_FUSED``, the tuners,
+    the prologue placement, the few-row INT4 kernels)."""
+    switches = (dispatch.INT4_ONE_ROW_FUSED, dispatch.TUNE, sorted(dispatch.INT4_PROLOGUES.items()),
+                sorted(dispatch.INT4_GEMV_PROLOGUES.items()), int4.TUNE_FUSED, int4.ONE_ROW_GEMV,
+                int4.FEW_ROWS_TINYGEMM)
+    return (list(c.decode_batches), c.prefill_tokens, c.context, c.repeats, c.warmup, str(switches))
 
 
 def _asdict(c: QuantConfig) -> dict:
