@@ -252,7 +252,10 @@ def test_fused_int4_one_row_calls_are_tuned_up_front_into_the_scratch_column(mon
     e.set_fused_gemv(True)
     fz = e.fused
     k0, v0 = e.k_cache.clone(), e.v_cache.clone()
-    dispatch._tune_int4_one_row(e, fz, torch.randn(1, SHAPE["hidden_size"], device=DEV))
+    scratch = torch.tensor([e.scratch], device=DEV)
+    rope = (e.w.layers[0].bqkv, e.cos, e.sin, scratch, torch.zeros(1, dtype=torch.int64, device=DEV), e.k_cache[0],
+            e.v_cache[0], e.spec.n_heads, e.spec.n_kv_heads)
+    dispatch._tune_int4_one_row(e, fz, torch.randn(1, SHAPE["hidden_size"], device=DEV), rope)
     assert sorted(tuned) == sorted([("rmsnorm", False, True), ("none", True, False), ("rmsnorm", False, False),
                                     ("swiglu", True, False)])
     changed = [int(i) for c, c0 in ((e.k_cache, k0), (e.v_cache, v0)) for i in (c != c0).nonzero()[:, 3]]  # [L, B, KV, S, D]

@@ -208,14 +208,14 @@ def _tune_one_row(engine, gemv, fz: FusedMatmuls | None = None) -> None:
     kernels use their default configurations unless ``workbench.kernels.rows.tune`` ran for the call."""
     s, lw, dev, dt = engine.spec, engine.w.layers[0], engine.device, engine.dtype
     hid = torch.randn(1, s.hidden, device=dev, dtype=dt)
+    scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column, slot 0
+    rope = (lw.bqkv, engine.cos, engine.sin, scratch, torch.zeros(1, dtype=torch.int64, device=dev),
+            engine.k_cache[0], engine.v_cache[0], s.n_heads, s.n_kv_heads)
     if fz is not None:
-        _tune_int4_one_row(engine, fz, hid)
+        _tune_int4_one_row(engine, fz, hid, rope)
     with torch.no_grad():
         if isinstance(lw.wqkv, Dense):
-            scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column
-            gemv.tune(hid, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps,
-                      rope=(lw.bqkv, engine.cos, engine.sin, scratch, torch.zeros(1, dtype=torch.int64, device=dev),
-                            engine.k_cache[0], engine.v_cache[0], s.n_heads, s.n_kv_heads))
+            gemv.tune(hid, lw.wqkv.w, "rmsnorm", lw.ln1, s.rms_eps, rope=rope)
         if isinstance(lw.wo, Dense):
             gemv.tune(torch.randn(1, s.n_heads * s.head_dim, device=dev, dtype=dt), lw.wo.w, residual=hid)
         if isinstance(lw.wgu, Dense):
@@ -226,9 +226,10 @@ def _tune_one_row(engine, gemv, fz: FusedMatmuls | None = None) -> None:
             gemv.tune(hid, engine.w.lm_head.w, "rmsnorm", engine.w.norm, s.rms_eps)
 
 
-def _tune_int4_one_row(engine, fz: FusedMatmuls, hid: torch.Tensor) -> None:
+def _tune_int4_one_row(engine, fz: FusedMatmuls, hid: torch.Tensor, rope: tuple) -> None:
     """The fused one-row INT4 calls of layer 0 and the lm_head, once each through ``fz`` (so that every fused
-    variant, prologue and AWQ division included, is tuned under the key the step looks up)."""
+    variant, prologue and AWQ division included, is tuned under the key the step looks up); ``rope`` as
+    :func:`_tune_one_row` builds it (k / v into the scratch column)."""
     s, lw, dev, dt = engine.spec, engine.w.layers[0], engine.device, engine.dtype
 
     def one_row(lin) -> bool:
@@ -237,12 +238,9 @@ def _tune_int4_one_row(engine, fz: FusedMatmuls, hid: torch.Tensor) -> None:
 
     if not any(map(one_row, (lw.wqkv, lw.wo, lw.wgu, lw.wd, engine.w.lm_head))):
         return
-    scratch = torch.tensor([engine.scratch], device=dev)  # the cache's scratch column
     with torch.no_grad():
         if one_row(lw.wqkv):
-            fz.qkv_rope(lw.wqkv, hid, lw.ln1, s.rms_eps, lw.bqkv, engine.cos, engine.sin, scratch,
-                        torch.zeros(1, dtype=torch.int64, device=dev), 1, engine.k_cache[0], engine.v_cache[0],
-                        s.n_heads, s.n_kv_heads)
+            fz.qkv_rope(lw.wqkv, hid, lw.ln1, s.rms_eps, *rope[:5], 1, *rope[5:])
         if one_row(lw.wo):
             fz.linear(lw.wo, torch.randn(1, s.n_heads * s.head_dim, device=dev, dtype=dt), residual=hid)
         if one_row(lw.wgu):

@@ -143,7 +143,8 @@ class Engine:
         (``dispatch.INT4_ONE_ROW_FUSED`` "auto"; True: 1..64)) through
         the fused kernels of :mod:`workbench.engine.dispatch` (RMSNorm, SwiGLU, residual adds and, for one row,
         RoPE + KV write inside the matmuls) if ``on`` and the model allows it. Returns whether they are now in
-        use. Tunes the bf16 one-row GEMVs for this model's shapes on CUDA (outside graph capture) and drops
+        use. Tunes the one-row GEMVs (bf16, and the fused INT4 variants) for this model's shapes on CUDA (outside
+        graph capture) and drops
         captured graphs, which keep the old choice. On CPU they run only under ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
         # and their memory pool: capturing into the old pool after a switch tripped torch 2.11's caching allocator
