@@ -102,7 +102,7 @@ class FusedMatmuls:
         """The INT4 kernel's input and prologue: unchanged, or the prologue run first as its own kernel
         (:data:`INT4_GEMV_PROLOGUES` for a one-row GEMV call, :data:`INT4_PROLOGUES` for the tensor-core GEMM)."""
         inside = self.int4_gemv_prologues if x.shape[0] == 1 and lin.one_row_gemv() else self.int4_prologues
-        if prologue == "none" or inside[prologue]:
+        if prologue == "none" or (inside[prologue] and not lin.mma):  # the MMA kernel has no prologue
             return x, prologue
         if prologue == "rmsnorm":
             return self.ops.add_rmsnorm(x, None, norm_weight, eps)[0], "none"
@@ -134,7 +134,8 @@ class FusedMatmuls:
         rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)
         if x.shape[0] == 1 and isinstance(lin, Dense):
             return self.gemv.gemv_qkv_rope(x, lin.w, norm_weight, eps, *rope)
-        if x.shape[0] == 1 and (self.rope_epilogue or lin.one_row_gemv()):  # (the GEMV: any head_dim % 4 == 0)
+        mma = isinstance(_scaled_inner(lin), Int4Linear) and _scaled_inner(lin).mma  # no RoPE epilogue there
+        if x.shape[0] == 1 and not mma and (self.rope_epilogue or lin.one_row_gemv()):  # (GEMV: head_dim % 4 == 0)
             x, prologue = self._int4_args(lin, x, "rmsnorm", norm_weight, eps)
             return lin.fused(x, prologue, norm_weight, eps, rope=rope)
         qkv = self.linear(lin, x, "rmsnorm", norm_weight, eps)

@@ -65,6 +65,28 @@ FEW_ROWS_TINYGEMM = True
 # call itself (prologue, residual, RoPE epilogue; workbench.kernels.w4a16.tune_fused), as the bf16 GEMV does; False:
 # the configuration tuned for the plain GEMV of the same shape (what ran before the fused calls had their own tuner)
 TUNE_FUSED = True
+# 1..ROWS_MAX rows of the "triton" backends go to the hand-written CUDA tensor-core kernel
+# (workbench.kernels.w4a16_mma) wherever it takes the weight (bf16 / fp16, group 64 / 128 / 256, integer zeros) and
+# its library builds on this machine: plain calls and the residual epilogue; prologues run as their own kernels
+# (the RoPE epilogue too). "auto" (the default): on where available; False: the Triton kernels above.
+# WORKBENCH_INT4_MMA ("0", "1", "auto"), read at import, overrides it.
+def _mma_from_env() -> bool | str:
+    """:data:`MMA` from ``WORKBENCH_INT4_MMA`` (unset or empty: "auto"). Raises ValueError for another value."""
+    import os
+
+    v = os.environ.get("WORKBENCH_INT4_MMA", "").strip()
+    table = {"": "auto", "auto": "auto", "1": True, "0": False}
+    if v not in table:
+        raise ValueError(f"WORKBENCH_INT4_MMA={v!r}: set it to 0, 1 or auto (or unset it)")
+    return table[v]
+
+
+MMA: bool | str = _mma_from_env()
+# rows up to which the MMA kernel is used where the Triton tensor-core GEMM also takes the weight (more rows go to
+# that GEMM): on the H200 the MMA kernel was the fastest INT4 kernel on every Qwen2-7B / Llama-3-8B matmul up to
+# M = 8 and on the four layer matmuls at M = 16, and slower than the Triton GEMM at M = 32 and 64
+# (benchmarks/results/h200_2026-12-02/w4mma/, benchmarks/RESULTS.md)
+MMA_ROWS_TC = 16
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
             "triton:dequant")
@@ -166,6 +188,7 @@ class Int4Linear:
         self.small_rows = SMALL_M  # rows the small kernel takes
         self.mid = None  # a kernel for small_rows < M <= ROWS_MAX rows before the large one (see FEW_ROWS_TINYGEMM)
         self.tc = False  # the tensor-core GEMM applies (workbench.kernels.rows)
+        self.mma = False  # 1..ROWS_MAX rows go through workbench.kernels.w4a16_mma (see MMA)
         if "dequant" in (small, large) and small != "triton":  # "triton:dequant" dequantizes from its packed words
             self.q, self.scales, self.zeros = q, scales, zeros
         if backend == "dequant":
@@ -186,7 +209,8 @@ class Int4Linear:
             self.small_rows = ROWS_MAX if self.tc else SMALL_M
             if large == "rows" and not self.tc:  # the tensor-core GEMM does not take this weight
                 self.large = large = "tinygemm"
-            if (large == "dequant" and not self.tc and FEW_ROWS_TINYGEMM and device.type == "cuda"
+            self.mma = self._mma_applies(device, zeros)
+            if (large == "dequant" and not self.tc and not self.mma and FEW_ROWS_TINYGEMM and device.type == "cuda"
                     and dtype == torch.bfloat16 and g <= 256):  # tinygemm takes groups of 32..256
                 self.mid = "tinygemm"
         if "tinygemm" in (small, large):
@@ -203,6 +227,39 @@ class Int4Linear:
             self.mod = GemLiteLinear(4, group_size=self.group_size, in_features=self.in_features,
                                      out_features=self.out_features, input_dtype=dt, output_dtype=dt)
             self.mod.pack(q, scales, zeros, None)
+
+    def _mma_applies(self, device: torch.device, zeros: torch.Tensor) -> bool:
+        """:data:`MMA` on, CUDA, and :mod:`workbench.kernels.w4a16_mma` takes this weight and is available (its
+        first use on a machine compiles it)."""
+        if not MMA or device.type != "cuda":
+            return False
+        from workbench.kernels import w4a16_mma
+
+        return (w4a16_mma.supported(self.out_features, self.in_features, self.group_size, self.dtype, zeros)
+                and w4a16_mma.available(device))
+
+    def _mma_cfg(self, x: torch.Tensor) -> tuple:
+        """The MMA kernel's configuration for ``x``'s row class: tuned (once per shape and class, on CUDA outside
+        graph capture; the residual epilogue takes the same), else the default."""
+        from workbench.kernels import w4a16_mma as mm
+
+        m = x.shape[0]
+        key = mm.key(self.out_features, self.in_features, m, self.group_size, x.dtype, False)
+        cfg = mm._BEST.get(key)
+        if cfg is None and self._can_tune(x):
+            cfg = mm.tune(x[:, :self.in_features].contiguous(), self.qw, self.s_t, self.z_t, self.group_size,
+                          self.out_features)
+        return cfg or mm.default_cfg(self.out_features, self.in_features, m, self.group_size)
+
+    def _mma_rows(self, m: int) -> bool:
+        """``m`` rows go through the MMA kernel (see :data:`MMA_ROWS_TC`)."""
+        return self.mma and m <= (MMA_ROWS_TC if self.tc else ROWS_MAX)
+
+    def _mma(self, x: torch.Tensor, residual=None) -> torch.Tensor:
+        from workbench.kernels import w4a16_mma
+
+        return w4a16_mma.gemm(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, residual,
+                              self._mma_cfg(x))
 
     def _pack_tinygemm(self, q, scales, zeros) -> None:
         packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
@@ -236,7 +293,12 @@ class Int4Linear:
         capture, so that a later capture uses tuned configurations. No-op for other backends, off CUDA, or where
         the tensor-core GEMM takes one-row calls too (it launches a default configuration unless
         :func:`workbench.kernels.rows.tune` ran)."""
-        if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV):
+        if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV and not self.mma):
+            return
+        if self.mma:  # one tuning per row class (MT = 1, 2, 4, 8: up to 8, 16, 32, 64 rows)
+            for m in (1, 9, 17, 33):
+                if m <= max(1, min(max_m, ROWS_MAX)) and self._mma_rows(m):
+                    self._mma_cfg(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
             return
         from workbench.kernels import w4a16
 
@@ -258,14 +320,14 @@ class Int4Linear:
         """One-row calls (plain and :meth:`fused`) run the CUDA-core GEMV of :mod:`workbench.kernels.w4a16`:
         the ``triton`` backend, a power-of-two group >= 32, and :data:`ONE_ROW_GEMV` on (or no tensor-core GEMM
         for this weight)."""
-        return self.small == "triton" and self._gemv_ok() and (ONE_ROW_GEMV or not self.tc)
+        return self.small == "triton" and not self.mma and self._gemv_ok() and (ONE_ROW_GEMV or not self.tc)
 
     def fused_max_rows(self) -> int:
-        """Rows up to which :meth:`fused` runs: 64 where the tensor-core GEMM applies, 1 where only the one-row
-        GEMV does, 0 where no fused kernel takes this weight."""
+        """Rows up to which :meth:`fused` runs: 64 where the MMA kernel or the tensor-core GEMM applies, 1 where
+        only the one-row GEMV does, 0 where no fused kernel takes this weight."""
         if self.small != "triton":
             return 0
-        return ROWS_MAX if self.tc else int(self._gemv_ok())
+        return ROWS_MAX if self.tc or self.mma else int(self._gemv_ok())
 
     def _gemv_cfg(self, x: torch.Tensor):
         """The GEMV launch configuration for ``x`` ``[M, in]``: tuned for ``(out, in, M)``, else tuned now (CUDA,
@@ -310,6 +372,22 @@ class Int4Linear:
         if x.shape[0] > self.fused_max_rows():
             raise ValueError(f"no fused kernel for {x.shape[0]} rows (backend {self.backend!r}, group_size "
                              f"{self.group_size}); check fused_max_rows() first")
+        if self._mma_rows(x.shape[0]) and prologue == "none" and rope is None:
+            return self._mma(x, residual)
+        if self.mma and not self.tc and not (x.shape[0] == 1 and self._gemv_ok()):
+            raise ValueError(f"the MMA kernel takes no prologue or RoPE epilogue (got {prologue!r}, rope="
+                             f"{rope is not None}) and no Triton kernel takes {x.shape[0]} rows of group "
+                             f"{self.group_size}: run the prologue first (dispatch does so for MMA weights)")
+        if x.shape[0] == 1 and self.mma:
+            if self.tc:
+                from workbench.kernels import rows
+
+                return rows.gemm_int4(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
+                                      norm_weight, eps, residual, rope=rope)
+            from workbench.kernels import w4a16
+
+            return w4a16.gemv_fused(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
+                                    norm_weight, eps, residual, rope, None, self.int_zero)
         if x.shape[0] == 1 and self.one_row_gemv():
             from workbench.kernels import w4a16
 
@@ -325,6 +403,8 @@ class Int4Linear:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         m = x.shape[0]
+        if self._mma_rows(m):
+            return self._mma(x)
         kernel = self.small if m <= self.small_rows else self.mid if self.mid and m <= ROWS_MAX else self.large
         if kernel == "triton" and self.tc and not (x.shape[0] == 1 and self.one_row_gemv()):
             return self.fused(x)

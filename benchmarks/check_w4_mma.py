@@ -1,0 +1,288 @@
+"""The CUDA W4A16 MMA kernel (``workbench.kernels.w4a16_mma``) on the GPU: build, correctness, per-layer times side
+by side with the other kernels, and engine steps.
+
+(a) ``build``: compile (or load the prebuilt ``WORKBENCH_W4MMA_SO``) and list the compiled variants; seconds taken.
+(b) ``check``: ``gemm`` against ``w4a16_mma.reference`` (float32 of the dequantized weight, rounded to bf16; with a
+    residual, HF's second rounding) on every layer shape of Qwen2-7B, Llama-3-8B (group 128) and SmolLM2-135M
+    (group 64), one group-256 and one fp16 shape, at M = 1, 2, 3, 8, 9, 16, 17, 32, 33, 64 with the default
+    configuration, and every compiled configuration on the Qwen2-7B qkv shape at M = 1, 9, 33. Outputs are
+    allocated over NaN-filled memory. Pass: relative L2 < 5e-3, max abs <= 2**-6 max |ref|, >= 80% bit-equal.
+(c) ``layers``: per layer matmul and M in 1, 2, 4, 8, 16, 32, 64 (Qwen2-7B and Llama-3-8B shapes, lm_head
+    included), us under CUDA-graph replay with the weights rotated over >= 300 MB (L2 holds none): the MMA
+    kernel (tuned per call), cuBLAS bf16, torch's tinygemm, the Triton INT4 tensor-core GEMM (``rows.gemm_int4``,
+    its default configuration) and, at M = 1, the Triton CUDA-core GEMV (tuned); floors = bytes / read bandwidth
+    (``benchmarks.common.measure_floors``), and the FLOPs term.
+(d) ``engine``: decode ms per step at batch 1..64 and verify steps T = 3, 5, 9 of random-init Qwen2-7B (and
+    Llama-3-8B at batch 1 / 16 / 64): bf16, W4A16 g128 RTN with the MMA kernel, and W4A16 with the Triton kernels
+    (``int4.MMA = False``); floors as ``bench_decode.decode_floor_ms``.
+
+Run on the H200: ``python3 -m benchmarks.check_w4_mma --out $OUT/w4mma`` (parts: ``--parts build,check,layers,
+engine``). Exits 1 if a correctness check fails (after writing the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import CONFIGS, environment, graph_ms, hf_config, measure_floors
+from workbench.engine.int4 import quantize_rtn_int4
+from workbench.kernels import w4a16_mma as mm
+from workbench.kernels.int4_layout import pack_int4_gemv
+
+LAYERS = {  # name: (N, K, group)
+    "qwen2-7b": {"qkv": (4608, 3584, 128), "o": (3584, 3584, 128), "gate_up": (37888, 3584, 128),
+                 "down": (3584, 18944, 128), "lm_head": (152064, 3584, 128)},
+    "llama3-8b": {"qkv": (6144, 4096, 128), "o": (4096, 4096, 128), "gate_up": (28672, 4096, 128),
+                  "down": (4096, 14336, 128), "lm_head": (128256, 4096, 128)},
+    "smollm2-135m": {"qkv": (960, 576, 64), "o": (576, 576, 64), "gate_up": (3072, 576, 64), "down": (576, 1536, 64)},
+}
+CHECK_MS = (1, 2, 3, 8, 9, 16, 17, 32, 33, 64)
+TIME_MS = (1, 2, 4, 8, 16, 32, 64)
+TOL = (5e-3, 2.0**-6, 0.8)
+
+
+def weight(n, k, g, dtype, dev, seed=0):
+    gen = torch.Generator(device=dev).manual_seed(seed + n + 3 * k)
+    q, s, z = quantize_rtn_int4(torch.randn(n, k, device=dev, generator=gen) * 0.02, g)
+    return q, pack_int4_gemv(q, g), s.to(dtype).t().contiguous(), z.to(dtype).t().contiguous()
+
+
+def errors(y, ref) -> dict:
+    y, ref = y.float().flatten(), ref.float().flatten()
+    d = (y - ref).abs()
+    rel = float(d.norm() / ref.norm().clamp(min=1e-30))
+    mx, sc = float(d.max()), float(ref.abs().max())
+    eq = float((d == 0).float().mean())
+    ok = bool(torch.isfinite(y).all()) and rel < TOL[0] and mx <= TOL[1] * sc and eq >= TOL[2]
+    return {"rel_l2": rel, "max_abs": mx, "frac_equal": eq, "pass": ok}
+
+
+def nan_out(m, n, dtype, dev):
+    return torch.full((m, n), float("nan"), dtype=dtype, device=dev)
+
+
+@torch.no_grad()
+def part_check(dev) -> list:
+    out = []
+    shapes = [(model, name, *v, torch.bfloat16) for model, d in LAYERS.items() for name, v in d.items()
+              if name != "lm_head"]
+    shapes += [("g256", "4096x4096", 4096, 4096, 256, torch.bfloat16), ("fp16", "qkv", 4608, 3584, 128, torch.float16)]
+    for model, name, n, k, g, dt in shapes:
+        _q, qw, s, z = weight(n, k, g, dt, dev)
+        for m in CHECK_MS:
+            x = torch.randn(m, k, device=dev).to(dt)
+            for res in ((None, torch.randn(m, n, device=dev).to(dt)) if m in (1, 9) else (None,)):
+                y = mm.gemm(x, qw, s, z, g, n, res, out=nan_out(m, n, dt, dev))
+                row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
+                       "residual": res is not None, "cfg": list(mm.default_cfg(n, k, m, g)),
+                       **errors(y, mm.reference(x, qw, s, z, g, res))}
+                out.append(row)
+        if model == "qwen2-7b" and name == "qkv":
+            for m in (1, 9, 33):
+                x = torch.randn(m, k, device=dev).to(dt)
+                ref = mm.reference(x, qw, s, z, g)
+                for cfg in mm.configs(n, k, m, g):
+                    y = mm.gemm(x, qw, s, z, g, n, None, cfg, out=nan_out(m, n, dt, dev))
+                    out.append({"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
+                                "residual": False, "cfg": list(cfg), **errors(y, ref)})
+        torch.cuda.synchronize()
+    return out
+
+
+def _rot(fns):
+    state = [0]
+
+    def call(x):
+        f = fns[state[0] % len(fns)]
+        state[0] += 1
+        return f(x)
+
+    return call
+
+
+@torch.no_grad()
+def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> list:
+    from workbench.kernels import rows, w4a16
+
+    bw, rate = floors["bw_Bps"], floors["matmul_flops"]
+    out = []
+    for model in models:
+        for name, (n, k, g) in LAYERS[model].items():
+            q, qw, s, z = weight(n, k, g, torch.bfloat16, dev)
+            b4 = qw.nbytes + s.nbytes + z.nbytes
+            b16 = n * k * 2
+            c4 = max(1, -(-300_000_000 // b4))
+            c16 = max(1, -(-300_000_000 // b16))
+            w16 = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(c16)]
+            ours = [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(c4 - 1)]
+            packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()
+            tp = torch.ops.aten._convert_weight_to_int4pack(packed, 8)
+            sz = torch.stack((s.t(), (8 - z.t()) * s.t()), dim=-1).transpose(0, 1).contiguous()
+            tiny = [(tp, sz)] + [(tp.clone(), sz.clone()) for _ in range(max(0, c4 - 1))]
+            del q, packed
+            for m in ms:
+                x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+                fl4 = max(b4 / bw, 2 * m * n * k / rate) * 1e6
+                fl16 = max(b16 / bw, 2 * m * n * k / rate) * 1e6
+                timings: dict = {}
+                cfg = mm.tune(x, qw, s, z, g, n, timings=timings)
+                impls = {"mma": ([lambda x, o=o, c=cfg: mm.gemm(x, *o, g, n, None, c) for o in ours], fl4),
+                         "cublas_bf16": ([lambda x, w=w: F.linear(x, w) for w in w16], fl16),
+                         "tinygemm": ([lambda x, p=p, c=c: torch.ops.aten._weight_int4pack_mm(x, p, g, c)
+                                       for p, c in tiny], fl4),
+                         "rows_int4": ([lambda x, o=o: rows.gemm_int4(x, *o, g, n) for o in ours], fl4)}
+                if m == 1:
+                    cw = w4a16.tune(x, qw, s, z, g, n)
+                    impls["gemv_int4"] = ([lambda x, o=o, c=cw: w4a16.gemv(x, *o, g, n, c) for o in ours], fl4)
+                for impl, (fns, fl) in impls.items():
+                    try:
+                        call = _rot(fns)
+                        us = graph_ms(lambda call=call: call(x), inner=max(20, 2 * len(fns))) * 1e3
+                        out.append({"model": model, "call": name, "N": n, "K": k, "M": m, "impl": impl, "us": us,
+                                    "floor_us": fl, "x_floor": us / fl,
+                                    "cfg": list(cfg) if impl == "mma" else None})
+                    except Exception as e:  # noqa: BLE001 - keep the other kernels' rows
+                        out.append({"model": model, "call": name, "M": m, "impl": impl, "error": str(e)[:300]})
+                out.append({"model": model, "call": name, "M": m, "impl": "mma_timings",
+                            "timings": {",".join(map(str, c)): t for c, t in timings.items()}})
+            del ours, tiny, w16
+            gc.collect()
+            torch.cuda.empty_cache()
+    return out
+
+
+def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
+    from benchmarks.bench_decode import decode_floor_ms, engine_decode_ms_per_token, verify_ms
+    from workbench.engine import Engine, int4
+
+    bw, rate = floors["bw_Bps"], floors["matmul_flops"]
+    prompt, steps = 64, 32
+    ctx = prompt + 3 + steps / 2
+    plan = [("qwen2-7b", "bf16", {}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
+            ("qwen2-7b", "w4a16_mma", {"w4a16": True}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
+            ("qwen2-7b", "w4a16_triton", {"w4a16": True}, (1, 8, 16, 64), (5, 9)),
+            ("llama3-8b", "bf16", {}, (1, 16, 64), (9,)),
+            ("llama3-8b", "w4a16_mma", {"w4a16": True}, (1, 16, 64), (9,))]
+    out = []
+    for model, impl, kw, batches, ts in plan:
+        if model not in models:
+            continue
+        saved = int4.MMA
+        int4.MMA = impl != "w4a16_triton" and saved
+        try:
+            t0 = time.time()
+            eng = Engine.from_config(hf_config(CONFIGS[model]), max_batch=max(batches), max_seq=prompt + steps + 16,
+                                     **kw)
+            eng.set_fused_gemv(True)
+            base = {"model": model, "impl": impl, "build_s": time.time() - t0,
+                    "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None}
+            one = None
+            for b in batches:
+                ms = engine_decode_ms_per_token(eng, b, prompt, steps)
+                one = ms if b == 1 else one
+                fl = decode_floor_ms(eng, b, ctx, bw, rate)
+                out.append({**base, "batch": b, "ms": ms, "floor_ms": fl, "x_floor": ms / fl})
+                rec(out)
+            for t in ts:
+                ms = verify_ms(eng, t, n=20, prompt_len=prompt)
+                fl = decode_floor_ms(eng, 1, prompt + t, bw, rate)
+                out.append({**base, "verify_T": t, "ms": ms, "floor_ms": fl, "x_floor": ms / fl,
+                            "x_decode_b1": ms / one if one else None})
+                rec(out)
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            out.append({"model": model, "impl": impl, "error": f"{type(e).__name__}: {e}"[:400],
+                        "tb": traceback.format_exc()[-1500:]})
+        finally:
+            int4.MMA = saved
+            eng = None
+            gc.collect()
+            torch.cuda.empty_cache()
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--parts", default="build,check,layers,engine")
+    p.add_argument("--layer-models", default="qwen2-7b,llama3-8b")
+    p.add_argument("--engine-models", default="qwen2-7b,llama3-8b")
+    a = p.parse_args()
+    parts = set(a.parts.split(","))
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dev = torch.device("cuda")
+    res: dict = {"env": environment(), "parts": sorted(parts)}
+
+    def save():
+        (out_dir / "check_w4_mma.json").write_text(json.dumps(res, indent=1, default=str))
+
+    t0 = time.time()
+    res["available"] = mm.available(dev)
+    res["build_s"] = time.time() - t0
+    res["why"] = mm.why_unavailable()
+    res["variants"] = mm.variants() if res["available"] else []
+    save()
+    print(f"build/load {res['build_s']:.1f} s, available={res['available']} {res['why'][:300]}", flush=True)
+    if not res["available"]:
+        return 1
+    ok = True
+    if "check" in parts:
+        t = time.time()
+        res["check"] = part_check(dev)
+        bad = [r for r in res["check"] if not r["pass"]]
+        ok = not bad
+        res["check_s"] = time.time() - t
+        save()
+        print(f"check: {len(res['check'])} cases, {len(bad)} failed ({res['check_s']:.0f} s)", flush=True)
+        for r in bad[:20]:
+            print("  FAIL", r, flush=True)
+        worst = max(res["check"], key=lambda r: r["rel_l2"])
+        print("  worst rel", worst, flush=True)
+        if not ok:  # timing a wrong kernel tells nothing
+            return 1
+    floors = None
+    if parts & {"layers", "engine"}:
+        floors = measure_floors()
+        res["floors"] = floors
+        save()
+    if "layers" in parts:
+        t = time.time()
+        res["layers"] = part_layers(dev, floors, tuple(a.layer_models.split(",")))
+        res["layers_s"] = time.time() - t
+        save()
+        for r in res["layers"]:
+            if "us" in r:
+                print(f"  {r['model']:10s} {r['call']:8s} M={r['M']:2d} {r['impl']:12s} {r['us']:8.1f} us "
+                      f"x{r['x_floor']:.2f} {r.get('cfg') or ''}", flush=True)
+    if "engine" in parts:
+        t = time.time()
+
+        def rec(rows):
+            res["engine"] = rows
+            save()
+
+        res["engine"] = part_engine(dev, floors, rec, tuple(a.engine_models.split(",")))
+        res["engine_s"] = time.time() - t
+        save()
+        for r in res["engine"]:
+            what = f"B={r['batch']}" if "batch" in r else f"T={r.get('verify_T')}"
+            print(f"  {r['model']:10s} {r['impl']:13s} {what:5s} {r.get('ms', float('nan')):7.3f} ms "
+                  f"x{r.get('x_floor', float('nan')):.2f} {r.get('x_decode_b1') or ''} {r.get('error', '')}",
+                  flush=True)
+    save()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The CUDA W4A16 MMA kernel (workbench.kernels.w4a16_mma): its K map and bit operations emulated on the CPU against
+the dequantized reference, the variant list, the build, the engine switch; on CUDA the kernel itself."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from workbench.engine import int4
+from workbench.kernels import w4a16_mma as mm
+from workbench.kernels.int4_layout import pack_int4_gemv
+
+CUDA = torch.cuda.is_available()
+
+
+def _weight(n, k, g, dtype, seed=0, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=gen)
+    s = (torch.rand(k // g, n, generator=gen) * 0.02 + 0.005).to(dtype)
+    z = torch.randint(0, 16, (k // g, n), generator=gen).to(dtype)
+    return pack_int4_gemv(q, g).to(device), s.to(device), z.to(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("group", [64, 128, 256])
+def test_emulated_kernel_arithmetic_matches_the_dequantized_reference(dtype, group):
+    # the kernel's prmt / lop3 / packed-subtract steps and its k-slot -> column map, as csrc/w4a16_mma.cu does
+    # them, against (q - zero) * scale in float32: equal after the output rounding up to a few ulps
+    n, k = 48, 2 * group
+    qw, s, z = _weight(n, k, group, dtype, seed=group)
+    for m in (1, 3, 9):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+        res = torch.randn(m, n).to(dtype)
+        for r in (None, res):
+            got, ref = mm.emulate(x, qw, s, z, group, r), mm.reference(x, qw, s, z, group, r)
+            ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
+            assert float((got - ref).abs().max()) <= 2 * ulp * float(ref.abs().max())
+            assert float((got == ref).float().mean()) >= 0.9
+
+
+def test_slot_columns_cover_each_column_of_a_group_once():
+    for g in mm.GROUPS:
+        cols = mm.slot_columns(g)
+        assert cols.shape == (4, 4, g // 64, 2, 2)
+        assert torch.equal(cols.flatten().sort().values, torch.arange(g))
+
+
+def test_emulation_catches_a_wrong_column_map(monkeypatch):
+    # power of the test above: pairing k-slots 2t and 2t+1 with the columns of the other word fails it
+    qw, s, z = _weight(32, 256, 128, torch.bfloat16, seed=1)
+    x = torch.randn(2, 256).to(torch.bfloat16)
+    good = mm.slot_columns
+
+    monkeypatch.setattr(mm, "slot_columns", lambda g: good(g).flip(-1))
+    got, ref = mm.emulate(x, qw, s, z, 128), mm.reference(x, qw, s, z, 128)
+    assert float((got - ref).norm() / ref.norm()) > 0.3
+
+
+def test_every_group_and_row_class_has_a_compiled_variant_with_the_default_tile():
+    v = set(mm.source_variants())
+    assert len(v) == len(mm.source_variants())  # no duplicates
+    for g in mm.GROUPS:
+        for mt in (1, 2, 4, 8):
+            assert (g, mt, 1, 2, 0) in v or (g, mt, 1, 2, 1) in v, (g, mt)
+
+
+def test_m_tiles_and_supported():
+    assert [mm.m_tiles(m) for m in (1, 8, 9, 16, 17, 33, 64)] == [1, 1, 2, 2, 4, 8, 8]
+    with pytest.raises(ValueError, match="1..64 rows"):
+        mm.m_tiles(65)
+    z = torch.zeros(2, 32)
+    assert mm.supported(32, 256, 128, torch.bfloat16, z)
+    assert not mm.supported(32, 256, 128, torch.float32, z)  # fp32 activations: the Triton kernels
+    assert not mm.supported(24, 256, 128, torch.bfloat16, z)  # N not a multiple of 16
+    assert not mm.supported(32, 256, 32, torch.bfloat16, z)  # group 32
+    assert not mm.supported(32, 256, 128, torch.bfloat16, z + 0.5)  # non-integer zero
+    assert not mm.supported(32, 256, 128, torch.bfloat16, z + 128)  # 128 + zero not exact in bf16
+
+
+def test_gemm_off_cuda_raises_a_clear_error():
+    qw, s, z = _weight(32, 128, 128, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="unavailable"):
+        mm.gemm(torch.randn(1, 128).to(torch.bfloat16), qw, s, z, 128, 32)
+    with pytest.raises(ValueError, match="qw must be"):
+        mm.gemm(torch.randn(1, 128).to(torch.bfloat16), qw[:, :8].contiguous(), s, z, 128, 32)
+
+
+def test_env_switch_is_validated(monkeypatch):
+    for v, want in (("", "auto"), ("auto", "auto"), ("0", False), ("1", True)):
+        monkeypatch.setenv("WORKBENCH_INT4_MMA", v)
+        assert int4._mma_from_env() == want
+    monkeypatch.setenv("WORKBENCH_INT4_MMA", "yes")
+    with pytest.raises(ValueError, match="WORKBENCH_INT4_MMA"):
+        int4._mma_from_env()
+
+
+def test_int4linear_on_cpu_does_not_take_the_mma_kernel():
+    q = torch.randint(0, 16, (32, 128), dtype=torch.uint8)
+    lin = int4.Int4Linear(q, torch.rand(32, 1) * 0.01, torch.full((32, 1), 8.0), torch.bfloat16, "triton:dequant")
+    assert not lin.mma
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_source_compiles_for_hopper(tmp_path):
+    # the library every GPU run builds at first use: compile errors show here, without a GPU (about 40 s)
+    out = mm.build("90", out=tmp_path / "w4a16_mma.so")
+    assert out.exists() and out.stat().st_size > 100_000
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("group", [64, 128, 256])
+def test_cuda_gemm_matches_reference_for_every_row_class(group):
+    if not mm.available("cuda"):
+        pytest.skip(mm.why_unavailable())
+    n, k = 256, 4 * group
+    qw, s, z = _weight(n, k, group, torch.bfloat16, seed=group, device="cuda")
+    for m in (1, 2, 8, 9, 16, 17, 33, 64):
+        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        res = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+        for cfg in mm.configs(n, k, m, group):
+            for r in (None, res):
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                y = mm.gemm(x, qw, s, z, group, n, r, cfg, out=out).float()
+                ref = mm.reference(x, qw, s, z, group, r)
+                assert float((y - ref).norm() / ref.norm()) < 5e-3, (m, cfg, r is not None)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_int4linear_takes_the_mma_kernel_and_matches_dequant():
+    if not mm.available("cuda"):
+        pytest.skip(mm.why_unavailable())
+    n, k, g = 512, 1024, 128
+    w = torch.randn(n, k, device="cuda") * 0.02
+    q, s, z = int4.quantize_rtn_int4(w, g)
+    lin = int4.Int4Linear(q, s, z, torch.bfloat16, "triton:dequant")
+    ref = int4.Int4Linear(q, s, z, torch.bfloat16, "dequant")
+    assert lin.mma and lin.fused_max_rows() == 64 and not lin.one_row_gemv()
+    for m in (1, 5, 64):
+        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        assert float((lin(x).float() - ref(x).float()).norm() / ref(x).float().norm()) < 5e-3

@@ -1,0 +1,373 @@
+// W4A16 few-row GEMM on tensor cores (mma.sync m16n8k16), M = 1..64 activation rows:
+//   out[M, N] = x[M, K] @ w_hat[N, K]^T (+ res[M, N]),   w_hat = (q - zero) * scale per group of G columns.
+//
+// Built and loaded by workbench/kernels/w4a16_mma.py (nvcc at first use, ctypes); see its docstring for the
+// design. In short (the ideas of Marlin, Frantar et al. 2024, arXiv 2408.11743, in a GEMV-sized form):
+//  * swap AB: the weight tile (16 rows of N x 16 columns of K) is the MMA's A operand, x^T the B operand
+//    (n = 8 activation rows per MMA; MT such tiles for M <= 8 * MT);
+//  * the weights stay in the layout of workbench.kernels.int4_layout.pack_int4_gemv (nibble i of word j of
+//    group b = column b*G + i*G/8 + j). Lane (gid, tig) of a warp loads G/32 consecutive words of rows gid
+//    and gid + 8 of a 16-row tile per group (one 16-byte load each for G = 128), and the k-slots of every MMA
+//    are assigned to columns so that those words ARE the lane's A fragments: for MMA (byte B, pair p),
+//        k-slot 2*tig + e      <-> column (2B)   * G/8 + tig * G/32 + 2p + e,
+//        k-slot 2*tig + 8 + e  <-> column (2B+1) * G/8 + tig * G/32 + 2p + e      (e = 0, 1),
+//    and the B fragment (x) is loaded with the same mapping. (A dot product does not care in which order the
+//    MMA visits its K columns as long as A and B agree.)
+//  * nibble -> bf16 with one prmt + lop3 per two weights (exponent-OR: 0x4300 | q is the bf16 value 128 + q;
+//    Kim et al. 2022, arXiv 2211.10017, sec. 4.1), then one packed subtraction of 128 + zero: q - zero exactly
+//    (integer zeros, |zero| < 128). Each group's 4 * G/16 MMAs accumulate into a float32 partial that is scaled
+//    by the group's scale once (w_hat itself is never rounded);
+//  * split-K inside the CTA: its KS warps take consecutive ranges of groups and add their fragments into a
+//    shared-memory tile (atomicAdd); the CTA then writes [M, 16 * RT] outputs (+ residual, HF rounding);
+//  * DEPTH groups of weights, scales, zeros and activations in flight per warp (a register ring);
+//  * programmatic dependent launch: the first DEPTH - 1 groups' weights are loaded before griddepcontrol.wait.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace {
+
+template <bool BF16>
+struct Dt;
+template <>
+struct Dt<true> {
+  static constexpr uint32_t MAGIC = 0x43004300u;  // bf16 128.0 in both halves
+  static constexpr float BASE = 128.0f;
+  static __device__ __forceinline__ float to_f(uint16_t v) { return __uint_as_float(((uint32_t)v) << 16); }
+  static __device__ __forceinline__ uint16_t from_f(float f) {
+    __nv_bfloat16 h = __float2bfloat16_rn(f);
+    return *reinterpret_cast<uint16_t*>(&h);
+  }
+  static __device__ __forceinline__ uint32_t sub2(uint32_t a, uint32_t b) {
+    __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Dt<false> {
+  static constexpr uint32_t MAGIC = 0x64006400u;  // fp16 1024.0 in both halves
+  static constexpr float BASE = 1024.0f;
+  static __device__ __forceinline__ float to_f(uint16_t v) {
+    return __half2float(*reinterpret_cast<__half*>(&v));
+  }
+  static __device__ __forceinline__ uint16_t from_f(float f) {
+    __half h = __float2half_rn(f);
+    return *reinterpret_cast<uint16_t*>(&h);
+  }
+  static __device__ __forceinline__ uint32_t sub2(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+template <uint32_t MAGIC>
+__device__ __forceinline__ uint32_t nib2(uint32_t t) {  // (t & 0x000F000F) | MAGIC in one lop3
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(t), "n"(0x000F000F), "n"(MAGIC));
+  return d;
+}
+
+// WPL consecutive 32-bit words, streamed (weights are read once per step: keep them out of L1)
+template <int WPL>
+__device__ __forceinline__ void ld_words(uint32_t (&w)[WPL], const uint32_t* p) {
+  if constexpr (WPL == 2) {
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+  } else {
+#pragma unroll
+    for (int i = 0; i < WPL; i += 4)
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(w[i]), "=r"(w[i + 1]), "=r"(w[i + 2]), "=r"(w[i + 3])
+                   : "l"(p + i));
+  }
+}
+
+// XW consecutive 32-bit words of activations (cached: every warp of the GPU reads the same x)
+template <int XW>
+__device__ __forceinline__ void ld_x(uint32_t (&v)[XW], const uint16_t* p) {
+  if constexpr (XW == 1) {
+    v[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+  } else if constexpr (XW == 2) {
+    uint2 t = __ldg(reinterpret_cast<const uint2*>(p));
+    v[0] = t.x;
+    v[1] = t.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < XW; i += 4) {
+      uint4 t = __ldg(reinterpret_cast<const uint4*>(p) + i / 4);
+      v[i] = t.x;
+      v[i + 1] = t.y;
+      v[i + 2] = t.z;
+      v[i + 3] = t.w;
+    }
+  }
+}
+
+// XS: the activations travel in the ring with the weights (prefetched); otherwise they are read from L1/L2 when
+// a group is computed (fewer registers: more groups in flight, or more activation rows)
+template <int G, int MT, int RT, bool XS>
+struct Stage {
+  static constexpr int WPL = G / 32;  // words per lane per row per group
+  static constexpr int XW = WPL / 2;  // x words per lane per chunk
+  uint32_t w[RT][2][WPL];             // rows gid, gid + 8 of each 16-row tile
+  uint16_t s[RT][2], z[RT][2];
+  uint32_t x[XS ? MT : 1][XS ? 8 : 1][XS ? XW : 1];  // chunk c = nibble index (columns c * G/8 + tig * WPL ..)
+};
+
+template <bool BF16, int G, int MT, int RT, bool XS>
+__device__ __forceinline__ void load_w(Stage<G, MT, RT, XS>& st, const uint32_t* __restrict__ qw,
+                                       const uint16_t* __restrict__ s, const uint16_t* __restrict__ z,
+                                       const int (&rows)[RT][2], int grp, int N, int KW, int tig) {
+  constexpr int WPL = G / 32;
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = rows[r][h];
+      ld_words<WPL>(st.w[r][h], qw + (size_t)n * KW + grp * (G / 8) + tig * WPL);
+      st.s[r][h] = __ldg(s + (size_t)grp * N + n);
+      st.z[r][h] = __ldg(z + (size_t)grp * N + n);
+    }
+  }
+}
+
+template <int G, int MT, int RT, bool XS>
+__device__ __forceinline__ void load_x(Stage<G, MT, RT, XS>& st, const uint16_t* __restrict__ x, int sx, int M,
+                                       int grp, int gid, int tig) {
+  constexpr int WPL = G / 32, XW = WPL / 2;
+  if constexpr (XS) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int m = mt * 8 + gid;
+    if (m < M) {
+      const uint16_t* xp = x + (size_t)m * sx + grp * G + tig * WPL;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) ld_x<XW>(st.x[mt][c], xp + c * (G / 8));
+    } else {
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int i = 0; i < XW; ++i) st.x[mt][c][i] = 0u;
+    }
+  }
+  }
+}
+
+template <bool BF16, int G, int MT, int RT, bool XS>
+__device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&acc)[RT][MT][4],
+                                        const uint16_t* __restrict__ x, int sx, int M, int grp, int gid, int tig) {
+  using D = Dt<BF16>;
+  constexpr int WPL = G / 32, NP = WPL / 2, XW = WPL / 2;
+  float part[RT][MT][4];
+  uint32_t c[RT][2];
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint16_t cz = D::from_f(D::to_f(st.z[r][h]) + D::BASE);  // base + zero: exact (integer zero)
+      c[r][h] = (uint32_t)cz | ((uint32_t)cz << 16);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[r][mt][i] = 0.0f;
+  }
+#pragma unroll
+  for (int B = 0; B < 4; ++B) {
+    uint32_t xv[MT][2][XW];  // chunks 2B, 2B + 1 (XS: from the ring)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (XS) {
+#pragma unroll
+          for (int i = 0; i < XW; ++i) xv[mt][h][i] = st.x[mt][2 * B + h][i];
+        } else {
+          const int m = mt * 8 + gid;
+          if (m < M) {
+            ld_x<XW>(xv[mt][h], x + (size_t)m * sx + grp * G + tig * WPL + (2 * B + h) * (G / 8));
+          } else {
+#pragma unroll
+            for (int i = 0; i < XW; ++i) xv[mt][h][i] = 0u;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+#pragma unroll
+      for (int r = 0; r < RT; ++r) {
+        const uint32_t sel = B * 0x1111 + 0x4400;  // bytes [w0.B, w0.B, w1.B, w1.B]
+        const uint32_t t0 = prmt(st.w[r][0][2 * p], st.w[r][0][2 * p + 1], sel);
+        const uint32_t t1 = prmt(st.w[r][1][2 * p], st.w[r][1][2 * p + 1], sel);
+        uint32_t a[4];
+        a[0] = D::sub2(nib2<D::MAGIC>(t0), c[r][0]);       // row gid,     nibble 2B
+        a[1] = D::sub2(nib2<D::MAGIC>(t1), c[r][1]);       // row gid + 8, nibble 2B
+        a[2] = D::sub2(nib2<D::MAGIC>(t0 >> 4), c[r][0]);  // row gid,     nibble 2B + 1
+        a[3] = D::sub2(nib2<D::MAGIC>(t1 >> 4), c[r][1]);  // row gid + 8, nibble 2B + 1
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) D::mma(part[r][mt], a, xv[mt][0][p], xv[mt][1][p]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+    const float s0 = D::to_f(st.s[r][0]), s1 = D::to_f(st.s[r][1]);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      acc[r][mt][0] += s0 * part[r][mt][0];
+      acc[r][mt][1] += s0 * part[r][mt][1];
+      acc[r][mt][2] += s1 * part[r][mt][2];
+      acc[r][mt][3] += s1 * part[r][mt][3];
+    }
+  }
+}
+
+template <bool BF16, int G, int MT, int RT, int DEPTH, bool XS>
+__global__ void __launch_bounds__(512) w4a16_mma_kernel(const uint16_t* __restrict__ x, int sx,
+                                                       const uint32_t* __restrict__ qw,
+                                                       const uint16_t* __restrict__ s,
+                                                       const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
+                                                       const uint16_t* __restrict__ res, int M, int N, int K) {
+  using D = Dt<BF16>;
+  __shared__ float red[MT * 8 * RT * 16];  // [m][n_local]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int NG = K / G, KW = K / 8;
+  const int g0 = (int)(((long long)warp * NG) / ks), g1 = (int)(((long long)(warp + 1) * NG) / ks);
+  const int nbase = blockIdx.x * (16 * RT);
+  int rows[RT][2];
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+    rows[r][0] = min(nbase + r * 16 + gid, N - 1);  // rows past N (last tile) read row N - 1, never stored
+    rows[r][1] = min(nbase + r * 16 + gid + 8, N - 1);
+  }
+  for (int i = threadIdx.x; i < MT * 8 * RT * 16; i += blockDim.x) red[i] = 0.0f;
+
+  Stage<G, MT, RT, XS> ring[DEPTH];
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d)
+    if (g0 + d < g1) load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
+  // programmatic dependent launch: weights need no predecessor; x and every write come after the wait
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d)
+    if (g0 + d < g1) load_x(ring[d], x, sx, M, g0 + d, gid, tig);
+  __syncthreads();  // red zeroed
+
+  float acc[RT][MT][4];
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
+
+  for (int base = g0; base < g1; base += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const int grp = base + d;
+      const int nxt = grp + DEPTH - 1;  // into slot (d + DEPTH - 1) % DEPTH, the slot computed last step
+      if (nxt < g1) {
+        load_w<BF16>(ring[(d + DEPTH - 1) % DEPTH], qw, s, z, rows, nxt, N, KW, tig);
+        load_x(ring[(d + DEPTH - 1) % DEPTH], x, sx, M, nxt, gid, tig);
+      }
+      if (grp < g1) compute<BF16>(ring[d], acc, x, sx, M, grp, gid, tig);
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m0 = mt * 8 + 2 * tig, nl = r * 16 + gid;
+      if (m0 < M) {
+        atomicAdd(&red[m0 * (RT * 16) + nl], acc[r][mt][0]);
+        atomicAdd(&red[m0 * (RT * 16) + nl + 8], acc[r][mt][2]);
+      }
+      if (m0 + 1 < M) {
+        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl], acc[r][mt][1]);
+        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl + 8], acc[r][mt][3]);
+      }
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < M * RT * 16; i += blockDim.x) {
+    const int m = i / (RT * 16), nl = i % (RT * 16), n = nbase + nl;
+    if (n < N) {
+      float y = red[i];
+      if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
+      out[(size_t)m * N + n] = D::from_f(y);
+    }
+  }
+}
+
+template <bool BF16, int G, int MT, int RT, int DEPTH, bool XS>
+int launch_one(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
+               int M, int N, int K, int ks, int pdl, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((N + 16 * RT - 1) / (16 * RT));
+  cfg.blockDim = dim3(32 * ks);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_mma_kernel<BF16, G, MT, RT, DEPTH, XS>,
+                                     (const uint16_t*)x, sx, (const uint32_t*)qw, (const uint16_t*)s,
+                                     (const uint16_t*)z, (uint16_t*)out, (const uint16_t*)res, M, N, K);
+  return (int)e;
+}
+
+}  // namespace
+
+// The instantiated variants (G, MT, RT, DEPTH, XS) for bf16 and fp16; the list is read back by the loader
+// (wb_w4mma_variants). XS = 1: activations prefetched with the weights.
+#define WB_W4MMA_VARIANTS(X)                                                                                  \
+  X(64, 1, 1, 2, 1) X(64, 1, 1, 4, 0) X(64, 1, 2, 2, 0) X(64, 2, 1, 2, 0) X(64, 2, 1, 2, 1) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0) \
+  X(128, 1, 1, 2, 1) X(128, 1, 1, 3, 1) X(128, 1, 1, 4, 0) X(128, 1, 2, 2, 1) X(128, 1, 2, 3, 0)           \
+  X(128, 1, 2, 4, 0) X(128, 1, 4, 2, 0) X(128, 2, 1, 2, 0) X(128, 2, 1, 3, 0) X(128, 2, 2, 2, 0) X(128, 2, 1, 2, 1)           \
+  X(128, 4, 1, 2, 0) X(128, 4, 2, 2, 0) X(128, 8, 1, 2, 0)                                                  \
+  X(256, 1, 1, 2, 0) X(256, 1, 2, 2, 0) X(256, 2, 1, 2, 0) X(256, 4, 1, 2, 0) X(256, 8, 1, 2, 0)
+
+extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, int xs, int ks, const void* x, int sx,
+                               const void* qw, const void* s, const void* z, void* out, const void* res, int M,
+                               int N, int K, int pdl, void* stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+#define WB_CASE(G_, MT_, RT_, D_, XS_)                                                                        \
+  if (group == G_ && mt == MT_ && rt == RT_ && depth == D_ && xs == XS_)                                       \
+    return bf16 ? launch_one<true, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, ks, pdl, st)   \
+                : launch_one<false, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, ks, pdl, st);
+  WB_W4MMA_VARIANTS(WB_CASE)
+#undef WB_CASE
+  return -1;  // no such variant
+}
+
+// "G,MT,RT,DEPTH,XS;..." : the variants this library holds
+extern "C" const char* wb_w4mma_variants() {
+#define WB_STR(G_, MT_, RT_, D_, XS_) #G_ "," #MT_ "," #RT_ "," #D_ "," #XS_ ";"
+  return WB_W4MMA_VARIANTS(WB_STR);
+#undef WB_STR
+}

@@ -1,0 +1,361 @@
+"""W4A16 GEMM for 1..64 activation rows on tensor cores, in hand-written CUDA (``csrc/w4a16_mma.cu``):
+``out[M, N] = x[M, K] @ w_hat[N, K].T (+ residual)``, ``w_hat = (q - zero) * scale`` per group of ``G`` columns,
+float32 accumulation, one launch.
+
+Why a CUDA kernel beside the Triton ones (:mod:`workbench.kernels.w4a16`, :mod:`workbench.kernels.rows`): on the
+H200 the Triton INT4 kernels stay at 2.0-2.5x their 4-bit read floor at one row (``benchmarks/RESULTS.md``):
+instruction-bound, with Triton's layout conversions and its wait after every register-operand wgmma. This kernel
+is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut down to decode sizes:
+
+* **swap AB**: a 16-row tile of the weight is the A operand of ``mma.sync.m16n8k16`` (N fills the MMA's M), the
+  activations are B (``n = 8`` rows per MMA; ``MT`` = 1, 2, 4, 8 such tiles for M <= 8, 16, 32, 64);
+* **no re-packing**: the weights stay in :func:`workbench.kernels.int4_layout.pack_int4_gemv`'s layout (the one
+  the Triton kernels read). Lane ``(gid, tig)`` of a warp loads ``G/32`` consecutive words of rows ``gid`` and
+  ``gid + 8`` (one 16-byte load each for G = 128), and the MMA's k-slots are assigned to columns so that these
+  words are the lane's A fragments: for MMA ``(B, p)`` (byte ``B`` = 0..3 of a word, word pair ``p``) k-slot
+  ``2 tig + e`` is column ``2B G/8 + tig G/32 + 2p + e`` and k-slot ``2 tig + 8 + e`` is column
+  ``(2B + 1) G/8 + tig G/32 + 2p + e`` (:func:`slot_columns`); the activations are loaded with the same map (a
+  dot product does not depend on the order of its K terms);
+* **dequantization in 1.5 instructions per weight**: ``prmt`` gathers byte ``B`` of two words, one ``lop3``
+  ORs a nibble pair under bf16's exponent of 128 (``0x4300 | q`` is the bf16 value ``128 + q``: the trick of Kim et
+  al. 2022, arXiv 2211.10017, sec. 4.1), one packed subtraction of ``128 + zero`` leaves ``q - zero`` exactly
+  (integer zeros, ``|zero| < 128``; fp16: 1024). A group's MMAs accumulate into a float32 partial that is
+  multiplied by the group's scale once: ``w_hat`` is never rounded;
+* **split-K inside the CTA**: its ``KS`` warps take consecutive ranges of groups, add their fragments into
+  shared memory, and the CTA writes ``[M, 16 RT]`` outputs (+ residual with HF's rounding:
+  ``bf16(bf16(x @ W.T) + residual)``); ``DEPTH`` groups in flight per warp in a register ring; programmatic
+  dependent launch (the first groups' weights are loaded before ``griddepcontrol.wait``).
+
+The library is compiled with ``nvcc`` at first use for the GPU's architecture (about 40 s; cached under
+``$WORKBENCH_CACHE`` or ``~/.cache/workbench``, keyed by the source's hash) and loaded with ``ctypes``; a prebuilt
+library can be named by ``WORKBENCH_W4MMA_SO``. Where it cannot be built (no ``nvcc``, compute capability < 8.0,
+``WORKBENCH_W4MMA=0``) :func:`available` is False and :class:`workbench.engine.int4.Int4Linear` keeps the Triton
+kernels. Correctness: the column map and the bit operations are emulated on the CPU by :func:`emulate` (tests);
+the kernel itself is checked against :func:`reference` on the GPU (``tests/engine/test_w4a16_mma.py`` on CUDA,
+``benchmarks/check_w4_mma.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from workbench.kernels.int4_layout import unpack_int4_gemv
+
+SRC = Path(__file__).with_name("csrc") / "w4a16_mma.cu"
+ROWS_MAX = 64
+GROUPS = (64, 128, 256)
+KS_CHOICES = (1, 2, 4, 8, 16)  # warps per CTA splitting K
+_MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
+_BEST: dict = {}
+_STATE: dict = {}
+
+
+def enabled() -> bool:
+    """``WORKBENCH_W4MMA`` is not "0" (read at call time)."""
+    return os.environ.get("WORKBENCH_W4MMA", "1").strip() not in ("0", "false", "False")
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("WORKBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "workbench")
+    return Path(root) / "kernels"
+
+
+def _nvcc() -> str | None:
+    for cand in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def build(arch: str, out: Path | None = None, nvcc: str | None = None) -> Path:
+    """Compile ``csrc/w4a16_mma.cu`` into a shared library for ``arch`` (e.g. ``"90"``) and return its path;
+    a library already built from the same source, architecture and compiler is reused. Raises ``RuntimeError``
+    when ``nvcc`` is missing or the compilation fails (its output in the message)."""
+    nvcc = nvcc or _nvcc()
+    if nvcc is None:
+        raise RuntimeError("nvcc not found (PATH, $CUDA_HOME/bin): install the CUDA toolkit, or set "
+                           "WORKBENCH_W4MMA_SO to a prebuilt library, or WORKBENCH_W4MMA=0")
+    src = SRC.read_bytes()
+    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    tag = hashlib.sha256(src + arch.encode() + ver.encode()).hexdigest()[:16]
+    out = out or _cache_dir() / f"w4a16_mma_sm{arch}_{tag}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+           "-o", tmp, str(SRC)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode:
+        os.unlink(tmp)
+        raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
+    os.replace(tmp, out)
+    return out
+
+
+def _load(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.wb_w4mma_launch.restype = ctypes.c_int
+    lib.wb_w4mma_launch.argtypes = ([ctypes.c_int] * 7 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
+                                    + [ctypes.c_int] * 4 + [ctypes.c_void_p])
+    lib.wb_w4mma_variants.restype = ctypes.c_char_p
+    return lib
+
+
+def _lib(device: torch.device):
+    """The loaded library for ``device``'s architecture, or None (the reason in ``_STATE["why"]``)."""
+    cc = torch.cuda.get_device_capability(device)
+    arch = f"{cc[0]}{cc[1]}"
+    if arch in _STATE:
+        return _STATE[arch]
+    lib = None
+    try:
+        if cc < (8, 0):
+            raise RuntimeError(f"compute capability {cc[0]}.{cc[1]} < 8.0 (bf16 mma.sync)")
+        pre = os.environ.get("WORKBENCH_W4MMA_SO")
+        try:
+            lib = _load(pre) if pre else None
+        except OSError:  # built on another system image: build here
+            lib = None
+        lib = lib or _load(str(build(arch)))
+        _STATE["why"] = ""
+    except (RuntimeError, OSError) as e:
+        _STATE["why"] = str(e)
+    _STATE[arch] = lib
+    return lib
+
+
+def available(device) -> bool:
+    """The kernel can run on ``device``: CUDA, not switched off (``WORKBENCH_W4MMA=0``), and the library built
+    (or prebuilt) and loaded. The first call may compile it (about 40 s). :func:`why_unavailable` says why not."""
+    device = torch.device(device)
+    if device.type != "cuda" or not enabled() or torch.version.hip is not None:
+        _STATE["why"] = "not a CUDA device" if device.type != "cuda" else "switched off (WORKBENCH_W4MMA=0)"
+        return False
+    return _lib(device) is not None
+
+
+def why_unavailable() -> str:
+    """Why the last :func:`available` call said no ("" if it said yes)."""
+    return _STATE.get("why", "")
+
+
+def source_variants() -> tuple:
+    """``(G, MT, RT, DEPTH, XS)`` tuples the source instantiates (its ``WB_W4MMA_VARIANTS`` list), read from
+    ``csrc/w4a16_mma.cu`` without compiling it."""
+    import re
+
+    txt = SRC.read_text()
+    body = txt[txt.index("#define WB_W4MMA_VARIANTS"):]
+    body = body[:body.index("\n\n")]
+    return tuple(tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
+
+
+@functools.cache
+def variants(device_index: int = 0) -> tuple:
+    """``(G, MT, RT, DEPTH, XS)`` tuples the loaded library holds (read from the library)."""
+    lib = _lib(torch.device("cuda", device_index))
+    if lib is None:
+        return ()
+    txt = lib.wb_w4mma_variants().decode()
+    return tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
+
+
+def m_tiles(m: int) -> int:
+    """Activation tiles of 8 rows the kernel is compiled for: 1, 2, 4 or 8 (M <= 8, 16, 32, 64)."""
+    if not 1 <= m <= ROWS_MAX:
+        raise ValueError(f"the W4A16 MMA kernel takes 1..{ROWS_MAX} rows, got {m}")
+    mt = 1
+    while 8 * mt < m:
+        mt *= 2
+    return mt
+
+
+def supported(n: int, k: int, group: int, dtype: torch.dtype, zeros: torch.Tensor | None = None) -> bool:
+    """Whether :func:`gemm` takes this weight: bf16 / fp16 activations, ``group`` in :data:`GROUPS` dividing
+    ``k``, ``n`` a multiple of 16, and (if given) integer ``zeros`` with ``|zero| < 128`` (bf16) or ``< 1024``
+    (fp16), so that ``base + zero`` is exact."""
+    if dtype not in _MAGIC or group not in GROUPS or k % group or n % 16 or n < 16:
+        return False
+    if zeros is not None:
+        if not bool(torch.equal(zeros, zeros.round())) or float(zeros.abs().max()) >= _MAGIC[dtype][1]:
+            return False
+    return True
+
+
+def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
+    """Launch configurations ``(RT, DEPTH, XS, KS)`` for ``m`` rows: every compiled variant of this group and
+    ``MT``, with ``KS`` warps per CTA such that each warp gets at least one group."""
+    mt = m_tiles(m)
+    ng = k // group
+    out = []
+    for g, vmt, rt, depth, xs in variants(device_index):
+        if g != group or vmt != mt:
+            continue
+        for ks in KS_CHOICES:
+            if ks <= ng:
+                out.append((rt, depth, xs, ks))
+    return out
+
+
+def default_cfg(n: int, k: int, m: int, group: int, sms: int = 132) -> tuple:
+    """An untuned configuration: one 16-row tile per warp, two groups in flight, activations prefetched where
+    that variant exists, and ``KS`` so that about ``8 * sms`` CTAs' worth of warps (``n / 16 * KS``) run."""
+    mt = m_tiles(m)
+    have = {v[1:] for v in variants() if v[0] == group}
+    xs = 1 if (mt, 1, 2, 1) in have else 0
+    ks = 1
+    while (n // 16) * ks < 24 * sms and ks < 16 and 2 * ks <= k // group:
+        ks *= 2
+    return (1, 2, xs, ks)
+
+
+def key(n: int, k: int, m: int, group: int, dtype: torch.dtype, has_residual: bool) -> tuple:
+    """The :data:`_BEST` key of a call: shape, row class (``MT``), group, dtype, residual epilogue."""
+    return (n, k, m_tiles(m), group, dtype, bool(has_residual))
+
+
+def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, group: int, n: int,
+         residual: torch.Tensor | None = None, cfg: tuple | None = None, out: torch.Tensor | None = None):
+    """``[M, n] = x @ w_hat.T (+ residual)`` (see the module docstring).
+
+    Args: ``x`` ``[M, K]`` bf16 or fp16 (1 <= M <= 64; rows contiguous, 16-byte aligned); ``qw`` ``[n, K // 8]``
+    int32 from :func:`~workbench.kernels.int4_layout.pack_int4_gemv`; ``s``, ``z`` (scale, integer zero)
+    ``[K // group, n]`` in x's dtype, contiguous; ``residual`` ``[M, n]`` in x's dtype or None; ``cfg = (RT, DEPTH,
+    XS, KS)`` (default: tuned for this call, else :func:`default_cfg`). Returns ``[M, n]`` in x's dtype (or fills
+    ``out``). Raises ``ValueError`` on arguments it does not take and ``RuntimeError`` when the library is
+    unavailable or the launch fails."""
+    if x.dim() != 2 or x.dtype not in _MAGIC:
+        raise ValueError(f"x must be [M, K] bf16 or fp16, got {tuple(x.shape)} {x.dtype}")
+    m, k = x.shape
+    if qw.dtype != torch.int32 or qw.shape != (n, k // 8) or not qw.is_contiguous():
+        raise ValueError(f"qw must be contiguous int32 [{n}, {k // 8}], got {tuple(qw.shape)} {qw.dtype}")
+    if not supported(n, k, group, x.dtype):
+        raise ValueError(f"N={n}, K={k}, group={group}, {x.dtype}: want bf16/fp16, group in {GROUPS} dividing K, "
+                         "N a multiple of 16 (see supported())")
+    ng = k // group
+    for name, t in (("s", s), ("z", z)):
+        if t.shape != (ng, n) or t.dtype != x.dtype or not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous {x.dtype} [{ng}, {n}], got {tuple(t.shape)} {t.dtype}")
+    if x.stride(1) != 1 or (x.stride(0) * 2) % 16 or x.data_ptr() % 16:  # 8-16-byte activation loads
+        x = x.clone(memory_format=torch.contiguous_format)
+    if residual is not None and (residual.shape != (m, n) or residual.dtype != x.dtype
+                                 or not residual.is_contiguous()):
+        raise ValueError(f"residual must be contiguous {x.dtype} [{m}, {n}], got {tuple(residual.shape)}")
+    lib = _lib(x.device) if x.device.type == "cuda" else None
+    if lib is None:
+        raise RuntimeError(f"the W4A16 MMA kernel is unavailable: {why_unavailable() or 'not a CUDA tensor'}")
+    cfg = cfg or _BEST.get(key(n, k, m, group, x.dtype, residual is not None)) or default_cfg(n, k, m, group)
+    rt, depth, xs, ks = cfg
+    if out is None:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    from workbench.kernels.common import use_pdl
+
+    rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks, x.data_ptr(),
+                             x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(), out.data_ptr(),
+                             residual.data_ptr() if residual is not None else None, m, n, k,
+                             int(use_pdl(x.device)), torch.cuda.current_stream(x.device).cuda_stream)
+    if rc:
+        raise RuntimeError(f"W4A16 MMA launch failed (code {rc}; -1: no compiled variant for G={group}, "
+                           f"MT={m_tiles(m)}, cfg={cfg})")
+    return out
+
+
+def tune(x, qw, s, z, group: int, n: int, residual=None, cfgs=None, l2_bytes: float = 128e6,
+         timings: dict | None = None) -> tuple:
+    """Time ``cfgs`` (default :func:`configs`) for this call under CUDA-graph replay with the weights rotated
+    over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); cache the fastest
+    in :data:`_BEST` under :func:`key` and return it. Needs CUDA; call outside graph capture. Raises
+    ``RuntimeError`` when no configuration runs and matches :func:`reference` within 1%."""
+    from workbench.kernels.timing import fastest_config
+
+    m, k = x.shape
+    kk = key(n, k, m, group, x.dtype, residual is not None)
+    if kk in _BEST and timings is None:
+        return _BEST[kk]
+    copies = max(1, -(-int(l2_bytes) // qw.nbytes))
+    ws = [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
+    ref = reference(x, qw, s, z, group, residual)
+    best = fastest_config(cfgs or configs(n, k, m, group, x.device.index or 0),
+                          lambda w, cfg: gemm(x, *w, group, n, residual, cfg), ws, ref, timings,
+                          f"W4A16 MMA (N={n}, K={k}, M={m})")
+    _BEST[kk] = best
+    return best
+
+
+def reference(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
+    """The oracle: ``w_hat = (q - zero) * scale`` in float32 from the packed words, ``x.float() @ w_hat.T``,
+    rounded to x's dtype, then ``+ residual`` rounded again (HF's order). Returns ``[M, N]`` float32."""
+    q = unpack_int4_gemv(qw, group).float()
+    w_hat = (q - z.float().t().repeat_interleave(group, 1)) * s.float().t().repeat_interleave(group, 1)
+    y = (x.float() @ w_hat.t()).to(x.dtype)
+    if residual is not None:
+        y = (y.float() + residual.float()).to(x.dtype)
+    return y.float()
+
+
+def slot_columns(group: int) -> torch.Tensor:
+    """The kernel's K map: ``cols[tig, B, p, half, e]`` = the column (within a group) that k-slot ``2 tig + e``
+    (``half`` 0) or ``2 tig + 8 + e`` (``half`` 1) of MMA ``(B, p)`` multiplies, for ``tig`` 0..3, byte ``B``
+    0..3, word pair ``p`` 0..G/64 - 1 (as in ``csrc/w4a16_mma.cu``: nibble ``2B + half`` of the lane's word
+    ``tig G/32 + 2p + e``). Every column of a group appears once."""
+    wb, wpl = group // 8, group // 32
+    tig = torch.arange(4).view(4, 1, 1, 1, 1)
+    b = torch.arange(4).view(1, 4, 1, 1, 1)
+    p = torch.arange(wpl // 2).view(1, 1, -1, 1, 1)
+    half = torch.arange(2).view(1, 1, 1, 2, 1)
+    e = torch.arange(2).view(1, 1, 1, 1, 2)
+    return (2 * b + half) * wb + tig * wpl + 2 * p + e
+
+
+def _bf16_bits_to_float(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return bits.to(torch.int16).view(dtype).float() if dtype == torch.float16 else (
+        (bits.to(torch.int32) << 16).view(torch.float32))
+
+
+def emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
+    """The kernel's arithmetic on the CPU, step by step as ``csrc/w4a16_mma.cu`` does it: for each group and
+    MMA ``(B, p)``, the lane's words are gathered by ``prmt`` (selector ``B * 0x1111 + 0x4400``), nibble pairs
+    ORed under the exponent bits (``lop3``, before and after a 4-bit shift), ``base + zero`` subtracted in x's
+    dtype, the products with the activations at :func:`slot_columns` summed in float32 per group, scaled,
+    accumulated; then HF's rounding (and residual). Returns ``[M, N]`` float32, for the tests to compare with
+    :func:`reference`."""
+    m, k = x.shape
+    n = qw.shape[0]
+    wb, wpl = group // 8, group // 32
+    magic, base = _MAGIC[x.dtype]
+    cols = slot_columns(group)  # [4, 4, NP, 2, 2]
+    w = qw.to(torch.int64) & 0xFFFFFFFF  # [N, KW] as unsigned
+    acc = torch.zeros(m, n, dtype=torch.float32)
+    for g in range(k // group):
+        c = (z[g].float() + base).to(x.dtype).float()  # [N], exact
+        part = torch.zeros(m, n, dtype=torch.float32)
+        for tig in range(4):
+            for b in range(4):
+                for p in range(wpl // 2):
+                    w0 = w[:, g * wb + tig * wpl + 2 * p]
+                    w1 = w[:, g * wb + tig * wpl + 2 * p + 1]
+                    # prmt sel B*0x1111 + 0x4400: bytes [w0.B, w0.B, w1.B, w1.B]
+                    b0, b1 = (w0 >> (8 * b)) & 0xFF, (w1 >> (8 * b)) & 0xFF
+                    t = b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)
+                    for half, tt in ((0, t), (1, t >> 4)):
+                        v = (tt & 0x000F000F) | magic  # lop3 0xEA
+                        lo = _bf16_bits_to_float(v & 0xFFFF, x.dtype) - c  # k-slot 2 tig (+8 for half 1)
+                        hi = _bf16_bits_to_float(v >> 16, x.dtype) - c  # k-slot 2 tig + 1 (+8)
+                        xc = x[:, g * group + cols[tig, b, p, half]].float()  # [M, 2]
+                        part += xc[:, :1] * lo[None, :] + xc[:, 1:] * hi[None, :]
+        acc += part * s[g].float()[None, :]
+    y = acc.to(x.dtype)
+    if residual is not None:
+        y = (y.float() + residual.float()).to(x.dtype)
+    return y.float()
