@@ -85,7 +85,7 @@ MMA: bool | str = _mma_from_env()
 # rows up to which the MMA kernel is used where the Triton tensor-core GEMM also takes the weight (more rows go to
 # that GEMM): on the H200 the MMA kernel was the fastest INT4 kernel on every Qwen2-7B / Llama-3-8B matmul up to
 # M = 8 and on the four layer matmuls at M = 16, and slower than the Triton GEMM at M = 32 and 64
-# (benchmarks/results/h200_2026-12-02/w4mma/, benchmarks/RESULTS.md)
+# (benchmarks/results/h200_2026-12-01e/, benchmarks/RESULTS.md)
 MMA_ROWS_TC = 16
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",

@@ -322,7 +322,151 @@ __global__ void __launch_bounds__(512) w4a16_mma_kernel(const uint16_t* __restri
   }
 }
 
-template <bool BF16, int G, int MT, int RT, int DEPTH, bool XS>
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N_>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N_) : "memory"); }
+
+// The same arithmetic as w4a16_mma_kernel, with the weights in flight in shared memory instead of registers
+// (XS = 2 in the variant list): each warp keeps a private ring of DEPTH groups, filled by cp.async (16 bytes a lane,
+// laid out [stage][chunk][lane] so that a warp's reads are conflict-free); scales and zeros ride in a register
+// ring, the activations are loaded one group ahead into registers. More bytes in flight per register than the
+// register ring, which at one row left the large matrices at about half the read bandwidth.
+template <bool BF16, int G, int MT, int RT, int DEPTH>
+__global__ void __launch_bounds__(512) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
+                                                             const uint32_t* __restrict__ qw,
+                                                             const uint16_t* __restrict__ s,
+                                                             const uint16_t* __restrict__ z,
+                                                             uint16_t* __restrict__ out,
+                                                             const uint16_t* __restrict__ res, int M, int N, int K) {
+  using D = Dt<BF16>;
+  constexpr int WPL = G / 32, CH = WPL / 4, C = RT * 2 * CH;  // 16-byte chunks per lane per group
+  extern __shared__ uint4 wring[];                            // [warp][DEPTH][C][32]
+  __shared__ float red[MT * 8 * RT * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int NG = K / G, KW = K / 8;
+  const int g0 = (int)(((long long)warp * NG) / ks), g1 = (int)(((long long)(warp + 1) * NG) / ks);
+  const int nbase = blockIdx.x * (16 * RT);
+  uint4* ring = wring + (size_t)warp * DEPTH * C * 32;
+  const uint32_t* wp[RT][2];
+  int rows[RT][2];
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows[r][h] = min(nbase + r * 16 + gid + 8 * h, N - 1);
+      wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
+    }
+  for (int i = threadIdx.x; i < MT * 8 * RT * 16; i += blockDim.x) red[i] = 0.0f;
+  uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
+
+  auto issue = [&](int slot, int grp) {
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < CH; ++c)
+          cp_async16(&ring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * (G / 8) + 4 * c);
+  };
+  auto load_sz = [&](uint16_t (&sv)[RT][2], uint16_t (&zv)[RT][2], int grp) {
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sv[r][h] = __ldg(s + (size_t)grp * N + rows[r][h]);
+        zv[r][h] = __ldg(z + (size_t)grp * N + rows[r][h]);
+      }
+  };
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d) {
+    if (g0 + d < g1) {
+      issue(d, g0 + d);
+      load_sz(sr[d], zr[d], g0 + d);
+    }
+    cp_async_commit();
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  Stage<G, MT, RT, true> cur, nx;
+  if (g0 < g1) load_x(cur, x, sx, M, g0, gid, tig);
+  __syncthreads();  // red zeroed
+
+  float acc[RT][MT][4];
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
+
+  for (int base = g0; base < g1; base += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const int grp = base + d;
+      if (grp < g1) {
+        cp_async_wait<DEPTH - 1>();  // the oldest group (this one) has landed
+        if (grp + 1 < g1) load_x(nx, x, sx, M, grp + 1, gid, tig);
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int c = 0; c < CH; ++c) {
+              const uint4 v = ring[((size_t)d * C + (r * 2 + h) * CH + c) * 32 + lane];
+              cur.w[r][h][4 * c] = v.x;
+              cur.w[r][h][4 * c + 1] = v.y;
+              cur.w[r][h][4 * c + 2] = v.z;
+              cur.w[r][h][4 * c + 3] = v.w;
+            }
+            cur.s[r][h] = sr[d][r][h];
+            cur.z[r][h] = zr[d][r][h];
+          }
+        compute<BF16>(cur, acc, x, sx, M, grp, gid, tig);
+        // refill this slot (its reads are done: the MMAs above consumed them) with the group DEPTH ahead
+        if (grp + DEPTH < g1) {
+          issue(d, grp + DEPTH);
+          load_sz(sr[d], zr[d], grp + DEPTH);
+        }
+        cur = nx;
+      }
+      cp_async_commit();  // one group per step, also when empty: wait_group counts stay aligned
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m0 = mt * 8 + 2 * tig, nl = r * 16 + gid;
+      if (m0 < M) {
+        atomicAdd(&red[m0 * (RT * 16) + nl], acc[r][mt][0]);
+        atomicAdd(&red[m0 * (RT * 16) + nl + 8], acc[r][mt][2]);
+      }
+      if (m0 + 1 < M) {
+        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl], acc[r][mt][1]);
+        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl + 8], acc[r][mt][3]);
+      }
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < M * RT * 16; i += blockDim.x) {
+    const int m = i / (RT * 16), nl = i % (RT * 16), n = nbase + nl;
+    if (n < N) {
+      float y = red[i];
+      if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);
+      out[(size_t)m * N + n] = D::from_f(y);
+    }
+  }
+}
+
+template <bool BF16, int G, int MT, int RT, int DEPTH, int XS>
 int launch_one(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
                int M, int N, int K, int ks, int pdl, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
@@ -335,22 +479,42 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_mma_kernel<BF16, G, MT, RT, DEPTH, XS>,
-                                     (const uint16_t*)x, sx, (const uint32_t*)qw, (const uint16_t*)s,
-                                     (const uint16_t*)z, (uint16_t*)out, (const uint16_t*)res, M, N, K);
+  cudaError_t e;
+  if constexpr (XS == 2) {
+    constexpr int C = RT * 2 * (G / 128);
+    const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
+    static size_t raised = 0;  // per instantiation: the dynamic shared-memory limit set so far
+    if (smem > 48 * 1024 && smem > raised) {
+      e = cudaFuncSetAttribute(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+      if (e != cudaSuccess) return (int)e;
+      raised = smem;
+    }
+    cfg.dynamicSmemBytes = smem;
+    e = cudaLaunchKernelEx(&cfg, w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, (const uint16_t*)x, sx,
+                           (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z, (uint16_t*)out,
+                           (const uint16_t*)res, M, N, K);
+  } else {
+    e = cudaLaunchKernelEx(&cfg, w4a16_mma_kernel<BF16, G, MT, RT, DEPTH, XS == 1>, (const uint16_t*)x, sx,
+                           (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z, (uint16_t*)out,
+                           (const uint16_t*)res, M, N, K);
+  }
   return (int)e;
 }
 
 }  // namespace
 
 // The instantiated variants (G, MT, RT, DEPTH, XS) for bf16 and fp16; the list is read back by the loader
-// (wb_w4mma_variants). XS = 1: activations prefetched with the weights.
+// (wb_w4mma_variants). XS = 0: activations read when a group is computed; 1: prefetched with the weights in
+// the register ring; 2: the cp.async kernel (weights in a shared-memory ring, activations one group ahead).
 #define WB_W4MMA_VARIANTS(X)                                                                                  \
   X(64, 1, 1, 2, 1) X(64, 1, 1, 4, 0) X(64, 1, 2, 2, 0) X(64, 2, 1, 2, 0) X(64, 2, 1, 2, 1) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0) \
   X(128, 1, 1, 2, 1) X(128, 1, 1, 3, 1) X(128, 1, 1, 4, 0) X(128, 1, 2, 2, 1) X(128, 1, 2, 3, 0)           \
   X(128, 1, 2, 4, 0) X(128, 1, 4, 2, 0) X(128, 2, 1, 2, 0) X(128, 2, 1, 3, 0) X(128, 2, 2, 2, 0) X(128, 2, 1, 2, 1)           \
   X(128, 4, 1, 2, 0) X(128, 4, 2, 2, 0) X(128, 8, 1, 2, 0)                                                  \
-  X(256, 1, 1, 2, 0) X(256, 1, 2, 2, 0) X(256, 2, 1, 2, 0) X(256, 4, 1, 2, 0) X(256, 8, 1, 2, 0)
+  X(256, 1, 1, 2, 0) X(256, 1, 2, 2, 0) X(256, 2, 1, 2, 0) X(256, 4, 1, 2, 0) X(256, 8, 1, 2, 0)           \
+  X(128, 1, 1, 3, 2) X(128, 1, 1, 4, 2) X(128, 1, 1, 6, 2) X(128, 1, 2, 3, 2) X(128, 2, 1, 3, 2)           \
+  X(256, 1, 1, 3, 2)
 
 extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, int xs, int ks, const void* x, int sx,
                                const void* qw, const void* s, const void* z, void* out, const void* res, int M,
