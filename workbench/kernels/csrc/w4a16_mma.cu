@@ -483,13 +483,14 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   if constexpr (XS == 2) {
     constexpr int C = RT * 2 * (G / 128);
     const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
-    static size_t raised = 0;  // per instantiation: the dynamic shared-memory limit set so far
-    if (smem > 48 * 1024 && smem > raised) {
+    static bool raised = false;  // per instantiation: the dynamic shared-memory limit raised once (the default
+    if (!raised) {               // 48 KB counts the static reduction tile too)
       e = cudaFuncSetAttribute(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
       if (e != cudaSuccess) return (int)e;
-      raised = smem;
+      raised = true;
     }
+    if (smem > 160 * 1024) return (int)cudaErrorInvalidValue;
     cfg.dynamicSmemBytes = smem;
     e = cudaLaunchKernelEx(&cfg, w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, (const uint16_t*)x, sx,
                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z, (uint16_t*)out,
