@@ -13,8 +13,8 @@ by side with the other kernels, and engine steps.
     its default configuration) and, at M = 1, the Triton CUDA-core GEMV (tuned); floors = bytes / read bandwidth
     (``benchmarks.common.measure_floors``), and the FLOPs term.
 (d) ``engine``: decode ms per step at batch 1..64 and verify steps T = 3, 5, 9 of random-init Qwen2-7B (and
-    Llama-3-8B at batch 1 / 16 / 64): bf16, W4A16 g128 RTN with the MMA kernel, and W4A16 with the Triton kernels
-    (``int4.MMA = False``); floors as ``bench_decode.decode_floor_ms``.
+    Llama-3-8B at batch 1 / 16 / 64, SmolLM2-135M g64 at batch 1 / 8): bf16, W4A16 RTN with the MMA kernel, and
+    W4A16 with the Triton kernels (``int4.MMA = False``); floors as ``bench_decode.decode_floor_ms``.
 
 Run on the H200: ``python3 -m benchmarks.check_w4_mma --out $OUT/w4mma`` (parts: ``--parts build,check,layers,
 engine``). Exits 1 if a correctness check fails (after writing the JSON).
@@ -37,6 +37,7 @@ from benchmarks.common import CONFIGS, environment, graph_ms, hf_config, measure
 from workbench.engine.int4 import quantize_rtn_int4
 from workbench.kernels import w4a16_mma as mm
 from workbench.kernels.int4_layout import pack_int4_gemv
+from workbench.models.random_init import RANDOM_CONFIGS
 
 LAYERS = {  # name: (N, K, group)
     "qwen2-7b": {"qkv": (4608, 3584, 128), "o": (3584, 3584, 128), "gate_up": (37888, 3584, 128),
@@ -175,7 +176,10 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             ("qwen2-7b", "w4a16_mma", {"w4a16": True}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
             ("qwen2-7b", "w4a16_triton", {"w4a16": True}, (1, 8, 16, 64), (5, 9)),
             ("llama3-8b", "bf16", {}, (1, 16, 64), (9,)),
-            ("llama3-8b", "w4a16_mma", {"w4a16": True}, (1, 16, 64), (9,))]
+            ("llama3-8b", "w4a16_mma", {"w4a16": True}, (1, 16, 64), (9,)),
+            ("smollm2-135m", "bf16", {}, (1, 8), (5, 9)),
+            ("smollm2-135m", "w4a16_mma", {"w4a16": True, "group_size": 64}, (1, 8), (5, 9)),
+            ("smollm2-135m", "w4a16_triton", {"w4a16": True, "group_size": 64}, (1, 8), (5, 9))]
     out = []
     for model, impl, kw, batches, ts in plan:
         if model not in models:
@@ -184,8 +188,8 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
         int4.MMA = impl != "w4a16_triton" and saved
         try:
             t0 = time.time()
-            eng = Engine.from_config(hf_config(CONFIGS[model]), max_batch=max(batches), max_seq=prompt + steps + 16,
-                                     **kw)
+            cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
+            eng = Engine.from_config(hf_config(cfg), max_batch=max(batches), max_seq=prompt + steps + 16, **kw)
             eng.set_fused_gemv(True)
             base = {"model": model, "impl": impl, "build_s": time.time() - t0,
                     "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None}
