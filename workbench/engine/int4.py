@@ -27,6 +27,11 @@ Backends for ``y = x @ w_hat.T``:
   that GEMV wherever it takes the group size (:data:`ONE_ROW_GEMV`), and it takes the same fused operations
   for one row (:meth:`fused`, :func:`workbench.kernels.w4a16.gemv_fused`; each fused variant tuned as itself,
   up front when the engine turns its fused path on, :func:`workbench.engine.dispatch.build`).
+* the CUDA kernel of :mod:`workbench.kernels.w4a16_mma` (hand-written tensor-core W4A16 GEMM, built with
+  ``nvcc`` at first use) takes 1..``MMA_ROWS_TC`` (= 8) rows of every ``"triton"`` backend where it applies (bf16 /
+  fp16, group 64 / 128 / 256, integer zeros), and 1..64 rows of a weight the Triton tensor-core GEMM does not take:
+  plain calls and the residual epilogue (prologues and the RoPE epilogue as their own kernels). On the H200 it is
+  the fastest INT4 kernel here at 1..8 rows (:data:`MMA`, ``WORKBENCH_INT4_MMA``).
 * ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
   (``"tinygemm"``, ``"gemlite"``, ``"dequant"`` or ``"rows"``) for more rows (prefill).
 * ``"triton:dequant"`` (the CUDA default) -- more rows than the small kernel takes (prefill) dequantize the
