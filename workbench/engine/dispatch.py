@@ -21,6 +21,11 @@ power of two >= 32,
 not a multiple of 128)
 =====================  ==========================================  ===========================================
 
+Where the CUDA W4A16 kernel applies (:mod:`workbench.kernels.w4a16_mma`, ``Int4Linear.mma``) it replaces both W4A16
+rows of the table for 1..8 rows (1..64 for group 64): the engine then runs RMSNorm / SwiGLU and the qkv RoPE + KV
+write as their own kernels before and after it (it has a residual epilogue only), and one-row steps take the unfused
+path (``Int4Linear.one_row_gemv`` is False for such a weight).
+
 with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
 the epilogue of o and down. Steps of more rows (prefill) and models with a matmul no fused kernel takes (an o_proj
 bias, another INT4 backend) run the unfused path; an AWQ input scale left on o (GQA; the engine folds the
