@@ -20,12 +20,43 @@ from benchmarks.common import CONFIGS, hf_config
 from workbench.engine import Engine, int4
 
 
+def profile_verify(eng, t: int, steps: int = 3, top: int = 25) -> list:
+    """:func:`benchmarks.bench_decode.profile_step` for a verify step: ``t`` tokens on slot 0 after a 64-token
+    prompt, eager, the cache rolled back after each step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    eng.reset()
+    eng.extend_batch([0], torch.randint(100, 1000, (1, 64), device=eng.device), logits="last")
+    toks = torch.randint(100, 1000, (1, t), device=eng.device)
+    graphs, eng.use_graphs = eng.use_graphs, False
+    try:
+        eng.extend_batch([0], toks)
+        eng.truncate_slot(0, 64)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                eng.extend_batch([0], toks)
+                eng.truncate_slot(0, 64)
+            torch.cuda.synchronize()
+    finally:
+        eng.use_graphs = graphs
+    rows = []
+    for ev in prof.key_averages():
+        us = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0.0)
+        if us > 0:
+            rows.append({"kernel": ev.key[:90], "us_per_step": us / steps, "calls_per_step": ev.count / steps})
+    rows.sort(key=lambda r: -r["us_per_step"])
+    total = sum(r["us_per_step"] for r in rows)
+    return [{"kernel": "TOTAL", "us_per_step": total, "calls_per_step": sum(r["calls_per_step"] for r in rows)}] + rows[:top]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--model", default="qwen2-7b")
     p.add_argument("--batches", default="1,8")
     p.add_argument("--impls", default="bf16,w4a16_mma,w4a16_triton")
+    p.add_argument("--verify-t", default="", help="also profile verify steps of these T (batch 1), e.g. 5")
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -44,6 +75,12 @@ def main() -> None:
                 tot = res[f"{impl}_b{b}"][0]
                 print(f"{impl} B={b}: {tot['us_per_step']:.0f} us, {tot['calls_per_step']:.0f} kernels", flush=True)
                 for r in res[f"{impl}_b{b}"][1:12]:
+                    print(f"   {r['us_per_step']:8.1f} us {r['calls_per_step']:5.0f}x  {r['kernel'][:80]}", flush=True)
+            for t in (int(v) for v in a.verify_t.split(",") if v):
+                res[f"{impl}_verify_t{t}"] = profile_verify(eng, t)
+                tot = res[f"{impl}_verify_t{t}"][0]
+                print(f"{impl} verify T={t}: {tot['us_per_step']:.0f} us, {tot['calls_per_step']:.0f} kernels", flush=True)
+                for r in res[f"{impl}_verify_t{t}"][1:14]:
                     print(f"   {r['us_per_step']:8.1f} us {r['calls_per_step']:5.0f}x  {r['kernel'][:80]}", flush=True)
         finally:
             int4.MMA = saved
