@@ -140,3 +140,33 @@ def test_cuda_int4linear_takes_the_mma_kernel_and_matches_dequant():
     for m in (1, 5, 64):
         x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         assert float((lin(x).float() - ref(x).float()).norm() / ref(x).float().norm()) < 5e-3
+
+
+class _Weights:
+    def __init__(self, lins):
+        self.lins = lins
+
+    def matmuls(self):
+        return self.lins
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_which_rows_take_the_mma_kernel_and_the_fused_path_default(group):
+    # routing as measured on the H200: G = 128 (the Triton tensor-core GEMM takes it) 1..8 rows, one-row steps
+    # unfused; G = 64 2..64 rows, one row on the fused CUDA-core GEMV (so one-row steps stay fused)
+    from workbench.engine import dispatch
+
+    q = torch.randint(0, 16, (64, 256), dtype=torch.uint8)
+    lin = int4.Int4Linear(q, torch.rand(64, 256 // group) * 0.01, torch.full((64, 256 // group), 8.0), torch.bfloat16,
+                          "triton:dequant")
+    assert lin.tc == (group == 128)
+    lin.mma = True  # as on a GPU where the library built
+    rows = [m for m in range(1, 65) if lin._mma_rows(m)]
+    assert rows == (list(range(1, int4.MMA_ROWS_TC + 1)) if group == 128 else list(range(2, 65)))
+    assert lin.one_row_gemv() == (group == 64) and lin.fused_max_rows() == 64
+    saved = dispatch.INT4_ONE_ROW_FUSED
+    try:
+        dispatch.INT4_ONE_ROW_FUSED = "auto"
+        assert dispatch.default_rows(_Weights([lin])) == ((1, 64) if group == 64 else (2, 64))
+    finally:
+        dispatch.INT4_ONE_ROW_FUSED = saved

@@ -21,10 +21,11 @@ power of two >= 32,
 not a multiple of 128)
 =====================  ==========================================  ===========================================
 
-Where the CUDA W4A16 kernel applies (:mod:`workbench.kernels.w4a16_mma`, ``Int4Linear.mma``) it replaces both W4A16
-rows of the table for 1..8 rows (1..64 for group 64): the engine then runs RMSNorm / SwiGLU and the qkv RoPE + KV
-write as their own kernels before and after it (it has a residual epilogue only), and one-row steps take the unfused
-path (``Int4Linear.one_row_gemv`` is False for such a weight).
+Where the CUDA W4A16 kernel applies (:mod:`workbench.kernels.w4a16_mma`, ``Int4Linear.mma``) it takes 1..8 rows of a
+weight the tensor-core GEMM takes (G = 128, ...) and 2..64 rows of one it does not (G = 64; one row stays on the fused
+CUDA-core GEMV there): the engine then runs RMSNorm / SwiGLU and the qkv RoPE + KV write as their own kernels
+before and after it (it has a residual epilogue only), and one-row steps of a G = 128 model take the unfused path
+(``Int4Linear.one_row_gemv`` is False for such a weight).
 
 with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
 the epilogue of o and down. Steps of more rows (prefill) and models with a matmul no fused kernel takes (an o_proj
@@ -107,7 +108,7 @@ class FusedMatmuls:
         """The INT4 kernel's input and prologue: unchanged, or the prologue run first as its own kernel
         (:data:`INT4_GEMV_PROLOGUES` for a one-row GEMV call, :data:`INT4_PROLOGUES` for the tensor-core GEMM)."""
         inside = self.int4_gemv_prologues if x.shape[0] == 1 and lin.one_row_gemv() else self.int4_prologues
-        if prologue == "none" or (inside[prologue] and not lin.mma):  # the MMA kernel has no prologue
+        if prologue == "none" or (inside[prologue] and not lin._mma_rows(x.shape[0])):  # MMA: no prologue
             return x, prologue
         if prologue == "rmsnorm":
             return self.ops.add_rmsnorm(x, None, norm_weight, eps)[0], "none"
@@ -139,7 +140,8 @@ class FusedMatmuls:
         rope = (bias, cos, sin, wpos, slots, k_cache, v_cache, n_heads, n_kv)
         if x.shape[0] == 1 and isinstance(lin, Dense):
             return self.gemv.gemv_qkv_rope(x, lin.w, norm_weight, eps, *rope)
-        mma = isinstance(_scaled_inner(lin), Int4Linear) and _scaled_inner(lin).mma  # no RoPE epilogue there
+        inner = _scaled_inner(lin)
+        mma = isinstance(inner, Int4Linear) and inner._mma_rows(x.shape[0])  # no RoPE epilogue there
         if x.shape[0] == 1 and not mma and (self.rope_epilogue or lin.one_row_gemv()):  # (GEMV: head_dim % 4 == 0)
             x, prologue = self._int4_args(lin, x, "rmsnorm", norm_weight, eps)
             return lin.fused(x, prologue, norm_weight, eps, rope=rope)
@@ -167,8 +169,8 @@ def default_rows(weights) -> tuple[int, int]:
     int4 = [m for m in map(_scaled_inner, weights.matmuls()) if isinstance(m, Int4Linear)]
     if int4:
         one_row = INT4_ONE_ROW_FUSED
-        if one_row == "auto":
-            one_row = min(m.fused_max_rows() for m in int4) <= 1
+        if one_row == "auto":  # a weight only the one-row GEMV takes among the Triton kernels (e.g. group 64)
+            one_row = any(not m.tc and m.one_row_gemv() for m in int4) or min(m.fused_max_rows() for m in int4) <= 1
         return (1 if one_row else 2, ROWS_MAX)
     return (1, 1)
 

@@ -29,7 +29,7 @@ Backends for ``y = x @ w_hat.T``:
   up front when the engine turns its fused path on, :func:`workbench.engine.dispatch.build`).
 * the CUDA kernel of :mod:`workbench.kernels.w4a16_mma` (hand-written tensor-core W4A16 GEMM, built with
   ``nvcc`` at first use) takes 1..``MMA_ROWS_TC`` (= 8) rows of every ``"triton"`` backend where it applies (bf16 /
-  fp16, group 64 / 128 / 256, integer zeros), and 1..64 rows of a weight the Triton tensor-core GEMM does not take:
+  fp16, group 64 / 128 / 256, integer zeros), and 2..64 rows of a weight the Triton tensor-core GEMM does not take:
   plain calls and the residual epilogue (prologues and the RoPE epilogue as their own kernels). On the H200 it is
   the fastest INT4 kernel here at 1..8 rows (:data:`MMA`, ``WORKBENCH_INT4_MMA``).
 * ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
@@ -70,10 +70,10 @@ FEW_ROWS_TINYGEMM = True
 # call itself (prologue, residual, RoPE epilogue; workbench.kernels.w4a16.tune_fused), as the bf16 GEMV does; False:
 # the configuration tuned for the plain GEMV of the same shape (what ran before the fused calls had their own tuner)
 TUNE_FUSED = True
-# 1..ROWS_MAX rows of the "triton" backends go to the hand-written CUDA tensor-core kernel
+# few-row calls of the "triton" backends go to the hand-written CUDA tensor-core kernel
 # (workbench.kernels.w4a16_mma) wherever it takes the weight (bf16 / fp16, group 64 / 128 / 256, integer zeros) and
-# its library builds on this machine: plain calls and the residual epilogue; prologues run as their own kernels
-# (the RoPE epilogue too). "auto" (the default): on where available; False: the Triton kernels above.
+# its library builds on this machine (which rows: Int4Linear._mma_rows): plain calls and the residual epilogue;
+# prologues run as their own kernels (the RoPE epilogue too). "auto" (the default): on where available; False: the Triton kernels above.
 # WORKBENCH_INT4_MMA ("0", "1", "auto"), read at import, overrides it.
 def _mma_from_env() -> bool | str:
     """:data:`MMA` from ``WORKBENCH_INT4_MMA`` (unset or empty: "auto"). Raises ValueError for another value."""
@@ -258,8 +258,12 @@ class Int4Linear:
         return cfg or mm.default_cfg(self.out_features, self.in_features, m, self.group_size)
 
     def _mma_rows(self, m: int) -> bool:
-        """``m`` rows go through the MMA kernel (see :data:`MMA_ROWS_TC`)."""
-        return self.mma and m <= (MMA_ROWS_TC if self.tc else ROWS_MAX)
+        """``m`` rows go through the MMA kernel: 1..:data:`MMA_ROWS_TC` where the Triton tensor-core GEMM takes
+        the weight, else 2..64 (one row stays on the fused CUDA-core GEMV, which on the H200 made SmolLM2-135M's
+        batch-1 step 0.515 ms against 0.752 unfused: :data:`workbench.engine.dispatch.INT4_ONE_ROW_FUSED`)."""
+        if not self.mma:
+            return False
+        return m <= MMA_ROWS_TC if self.tc else 2 <= m <= ROWS_MAX
 
     def _mma(self, x: torch.Tensor, residual=None) -> torch.Tensor:
         from workbench.kernels import w4a16_mma
@@ -302,9 +306,10 @@ class Int4Linear:
         if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV and not self.mma):
             return
         if self.mma:  # one tuning per row class (MT = 1, 2, 4, 8: up to 8, 16, 32, 64 rows)
-            for m in (1, 9, 17, 33):
+            for m in (1, 2, 9, 17, 33):
                 if m <= max(1, min(max_m, ROWS_MAX)) and self._mma_rows(m):
                     self._mma_cfg(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
+        if not self.one_row_gemv():
             return
         from workbench.kernels import w4a16
 
@@ -326,7 +331,8 @@ class Int4Linear:
         """One-row calls (plain and :meth:`fused`) run the CUDA-core GEMV of :mod:`workbench.kernels.w4a16`:
         the ``triton`` backend, a power-of-two group >= 32, and :data:`ONE_ROW_GEMV` on (or no tensor-core GEMM
         for this weight)."""
-        return self.small == "triton" and not self.mma and self._gemv_ok() and (ONE_ROW_GEMV or not self.tc)
+        return (self.small == "triton" and not self._mma_rows(1) and self._gemv_ok()
+                and (ONE_ROW_GEMV or not self.tc))
 
     def fused_max_rows(self) -> int:
         """Rows up to which :meth:`fused` runs: 64 where the MMA kernel or the tensor-core GEMM applies, 1 where
@@ -384,16 +390,6 @@ class Int4Linear:
             raise ValueError(f"the MMA kernel takes no prologue or RoPE epilogue (got {prologue!r}, rope="
                              f"{rope is not None}) and no Triton kernel takes {x.shape[0]} rows of group "
                              f"{self.group_size}: run the prologue first (dispatch does so for MMA weights)")
-        if x.shape[0] == 1 and self.mma:
-            if self.tc:
-                from workbench.kernels import rows
-
-                return rows.gemm_int4(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
-                                      norm_weight, eps, residual, rope=rope)
-            from workbench.kernels import w4a16
-
-            return w4a16.gemv_fused(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, prologue,
-                                    norm_weight, eps, residual, rope, None, self.int_zero)
         if x.shape[0] == 1 and self.one_row_gemv():
             from workbench.kernels import w4a16
 
