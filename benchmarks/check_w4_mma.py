@@ -140,18 +140,19 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                 fl16 = max(b16 / bw, 2 * m * n * k / rate) * 1e6
                 timings: dict = {}
                 cfg = mm.tune(x, qw, s, z, g, n, timings=timings)
-                impls = {"mma": ([lambda x, o=o, c=cfg: mm.gemm(x, *o, g, n, None, c) for o in ours], fl4),
+                impls = {"mma": ([lambda x, o=o, c=cfg, g=g, n=n: mm.gemm(x, *o, g, n, None, c) for o in ours], fl4),
                          "cublas_bf16": ([lambda x, w=w: F.linear(x, w) for w in w16], fl16),
-                         "tinygemm": ([lambda x, p=p, c=c: torch.ops.aten._weight_int4pack_mm(x, p, g, c)
+                         "tinygemm": ([lambda x, p=p, c=c, g=g: torch.ops.aten._weight_int4pack_mm(x, p, g, c)
                                        for p, c in tiny], fl4),
-                         "rows_int4": ([lambda x, o=o: rows.gemm_int4(x, *o, g, n) for o in ours], fl4)}
+                         "rows_int4": ([lambda x, o=o, g=g, n=n: rows.gemm_int4(x, *o, g, n) for o in ours], fl4)}
                 if m == 1:
                     cw = w4a16.tune(x, qw, s, z, g, n)
-                    impls["gemv_int4"] = ([lambda x, o=o, c=cw: w4a16.gemv(x, *o, g, n, c) for o in ours], fl4)
+                    impls["gemv_int4"] = ([lambda x, o=o, c=cw, g=g, n=n: w4a16.gemv(x, *o, g, n, c) for o in ours],
+                                          fl4)
                 for impl, (fns, fl) in impls.items():
                     try:
                         call = _rot(fns)
-                        us = graph_ms(lambda call=call: call(x), inner=max(20, 2 * len(fns))) * 1e3
+                        us = graph_ms(lambda call=call, x=x: call(x), inner=max(20, 2 * len(fns))) * 1e3
                         out.append({"model": model, "call": name, "N": n, "K": k, "M": m, "impl": impl, "us": us,
                                     "floor_us": fl, "x_floor": us / fl,
                                     "cfg": list(cfg) if impl == "mma" else None})

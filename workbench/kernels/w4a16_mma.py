@@ -187,10 +187,7 @@ def supported(n: int, k: int, group: int, dtype: torch.dtype, zeros: torch.Tenso
     (fp16), so that ``base + zero`` is exact."""
     if dtype not in _MAGIC or group not in GROUPS or k % group or n % 16 or n < 16:
         return False
-    if zeros is not None:
-        if not bool(torch.equal(zeros, zeros.round())) or float(zeros.abs().max()) >= _MAGIC[dtype][1]:
-            return False
-    return True
+    return zeros is None or (bool(torch.equal(zeros, zeros.round())) and float(zeros.abs().max()) < _MAGIC[dtype][1])
 
 
 def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
