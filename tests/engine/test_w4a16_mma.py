@@ -111,20 +111,37 @@ def test_source_compiles_for_hopper(tmp_path):
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("group", [64, 128, 256])
-def test_cuda_gemm_matches_reference_for_every_row_class(group):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_gemm_matches_reference_for_every_row_class(group, dtype):
+    # every compiled configuration; N = 80 leaves a partial last tile for RT = 2 and 4, K of 5 groups an uneven
+    # split over the warps (and empty warps up to KS = 16 where configs allow), zeros over the exact range
     if not mm.available("cuda"):
         pytest.skip(mm.why_unavailable())
-    n, k = 256, 4 * group
-    qw, s, z = _weight(n, k, group, torch.bfloat16, seed=group, device="cuda")
+    n, k = 80, 5 * group
+    qw, s, z = _weight(n, k, group, dtype, seed=group, device="cuda")
+    z = torch.randint(-120, 121, z.shape, device="cuda").to(dtype)
     for m in (1, 2, 8, 9, 16, 17, 33, 64):
-        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        res = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        res = torch.randn(m, n, device="cuda").to(dtype)
         for cfg in mm.configs(n, k, m, group):
             for r in (None, res):
-                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
                 y = mm.gemm(x, qw, s, z, group, n, r, cfg, out=out).float()
                 ref = mm.reference(x, qw, s, z, group, r)
                 assert float((y - ref).norm() / ref.norm()) < 5e-3, (m, cfg, r is not None)
+                assert torch.equal(y, mm.gemm(x, qw, s, z, group, n, r, cfg).float())  # run to run: bit-equal
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_failed_launch_raises_and_leaves_no_pending_error():
+    if not mm.available("cuda"):
+        pytest.skip(mm.why_unavailable())
+    qw, s, z = _weight(64, 256, 128, torch.bfloat16, device="cuda")
+    x = torch.randn(1, 256, device="cuda").to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        mm.gemm(x, qw, s, z, 128, 64, cfg=(1, 2, 1, 32))  # 32 warps: more than any variant takes
+    torch.cuda.synchronize()
+    assert float((torch.ones(4, device="cuda") * 2).sum()) == 8.0  # the next torch launch sees no stale error
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
@@ -170,3 +187,38 @@ def test_which_rows_take_the_mma_kernel_and_the_fused_path_default(group):
         assert dispatch.default_rows(_Weights([lin])) == ((1, 64) if group == 64 else (2, 64))
     finally:
         dispatch.INT4_ONE_ROW_FUSED = saved
+
+
+def test_ks_max_and_default_cfg_stay_within_the_compiled_variants():
+    assert [mm.ks_max(mt, rt) for mt, rt in ((1, 1), (1, 2), (2, 2), (1, 4), (4, 2), (8, 1))] == [16, 16, 8, 8, 8, 8]
+    src = set(mm.source_variants())
+    for g in mm.GROUPS:
+        for m in (1, 9, 17, 33):
+            for n, k in ((4608, 3584), (576, 1536), (37888, 3584)):
+                if k % g:
+                    continue
+                rt, depth, xs, ks = mm.default_cfg(n, k, m, g)
+                assert (g, mm.m_tiles(m), rt, depth, xs) in src
+                assert 1 <= ks <= min(mm.ks_max(mm.m_tiles(m), rt), k // g)
+
+
+def test_dispatch_runs_prologues_and_rope_outside_the_mma_kernel(monkeypatch):
+    # an MMA weight gets "none" as prologue (RMSNorm / SwiGLU run first as their own ops); a G = 64 weight with a
+    # prologue at M >= 2 raises (no kernel takes it)
+    from workbench.engine import dispatch, ops
+
+    q = torch.randint(0, 16, (64, 256), dtype=torch.uint8)
+    lin = int4.Int4Linear(q, torch.rand(64, 2) * 0.01, torch.full((64, 2), 8.0), torch.bfloat16, "triton:dequant")
+    lin.mma = True
+    seen = []
+    monkeypatch.setattr(lin, "_mma", lambda x, residual=None: seen.append((x.clone(), residual)) or x[:, :64])
+    fz = dispatch.FusedMatmuls(None, None, ops.get_ops(torch.device("cpu")), 64, 64)
+    x = torch.randn(4, 256).to(torch.bfloat16)
+    nw = torch.rand(256).to(torch.bfloat16) + 0.5
+    fz.linear(lin, x, "rmsnorm", nw, 1e-6)
+    normed = ops.get_ops(torch.device("cpu")).add_rmsnorm(x, None, nw, 1e-6)[0]
+    assert torch.equal(seen[-1][0], normed)  # the kernel got the normalized rows, no prologue
+    lin64 = int4.Int4Linear(q, torch.rand(64, 4) * 0.01, torch.full((64, 4), 8.0), torch.bfloat16, "triton:dequant")
+    lin64.mma = True
+    with pytest.raises(ValueError, match="no prologue"):
+        lin64.fused(x, "rmsnorm", nw, 1e-6)

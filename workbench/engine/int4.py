@@ -384,7 +384,7 @@ class Int4Linear:
         if x.shape[0] > self.fused_max_rows():
             raise ValueError(f"no fused kernel for {x.shape[0]} rows (backend {self.backend!r}, group_size "
                              f"{self.group_size}); check fused_max_rows() first")
-        if self._mma_rows(x.shape[0]) and prologue == "none" and rope is None:
+        if self._mma_rows(x.shape[0]) and prologue == "none" and rope is None and x.dtype == self.dtype:
             return self._mma(x, residual)
         if self.mma and not self.tc and not (x.shape[0] == 1 and self._gemv_ok()):
             raise ValueError(f"the MMA kernel takes no prologue or RoPE epilogue (got {prologue!r}, rope="
@@ -405,7 +405,7 @@ class Int4Linear:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         m = x.shape[0]
-        if self._mma_rows(m):
+        if self._mma_rows(m) and x.dtype == self.dtype:  # (other activation dtypes: the Triton kernels)
             return self._mma(x)
         kernel = self.small if m <= self.small_rows else self.mid if self.mid and m <= ROWS_MAX else self.large
         if kernel == "triton" and self.tc and not (x.shape[0] == 1 and self.one_row_gemv()):

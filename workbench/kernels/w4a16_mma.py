@@ -125,11 +125,11 @@ def _lib(device: torch.device):
         pre = os.environ.get("WORKBENCH_W4MMA_SO")
         try:
             lib = _load(pre) if pre else None
-        except OSError:  # built on another system image: build here
+        except (OSError, AttributeError):  # built on another system image, or not this library: build here
             lib = None
         lib = lib or _load(str(build(arch)))
         _STATE["why"] = ""
-    except (RuntimeError, OSError) as e:
+    except (RuntimeError, OSError, AttributeError) as e:  # AttributeError: a library without our symbols
         _STATE["why"] = str(e)
     _STATE[arch] = lib
     return lib
@@ -150,6 +150,7 @@ def why_unavailable() -> str:
     return _STATE.get("why", "")
 
 
+@functools.cache
 def source_variants() -> tuple:
     """``(G, MT, RT, DEPTH, XS)`` tuples the source instantiates (its ``WB_W4MMA_VARIANTS`` list), read from
     ``csrc/w4a16_mma.cu`` without compiling it."""
@@ -168,7 +169,13 @@ def variants(device_index: int = 0) -> tuple:
     if lib is None:
         return ()
     txt = lib.wb_w4mma_variants().decode()
-    return tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
+    out = tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
+    lib.wb_w4mma_ks_max.restype = ctypes.c_int
+    for _g, mt, rt, _d, _xs in out:  # the Python bound must be the kernel's
+        if lib.wb_w4mma_ks_max(mt, rt) != ks_max(mt, rt):
+            raise RuntimeError(f"ks_max({mt}, {rt}) = {ks_max(mt, rt)} but the library says "
+                               f"{lib.wb_w4mma_ks_max(mt, rt)}: rebuild it from this source")
+    return out
 
 
 def m_tiles(m: int) -> int:
@@ -190,9 +197,15 @@ def supported(n: int, k: int, group: int, dtype: torch.dtype, zeros: torch.Tenso
     return zeros is None or (bool(torch.equal(zeros, zeros.round())) and float(zeros.abs().max()) < _MAGIC[dtype][1])
 
 
+def ks_max(mt: int, rt: int) -> int:
+    """The most warps per CTA (``KS``) a variant takes: 16, or 8 where a warp holds >= 4 fragment tiles, and at most
+    ``64 / (MT * RT)`` (its per-warp reduction slices fit 32 KB); ``KsMax`` in the source."""
+    return min(8 if mt * rt >= 4 else 16, 64 // (mt * rt))
+
+
 def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
     """Launch configurations ``(RT, DEPTH, XS, KS)`` for ``m`` rows: every compiled variant of this group and
-    ``MT``, with ``KS`` warps per CTA such that each warp gets at least one group."""
+    ``MT``, with ``KS`` warps per CTA up to :func:`ks_max` and such that each warp gets at least one group."""
     mt = m_tiles(m)
     ng = k // group
     out = []
@@ -200,19 +213,20 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
         if g != group or vmt != mt:
             continue
         for ks in KS_CHOICES:
-            if ks <= ng:
+            if ks <= ng and ks <= ks_max(mt, rt):
                 out.append((rt, depth, xs, ks))
     return out
 
 
 def default_cfg(n: int, k: int, m: int, group: int, sms: int = 132) -> tuple:
     """An untuned configuration: one 16-row tile per warp, two groups in flight, activations prefetched where
-    that variant exists, and ``KS`` so that about ``8 * sms`` CTAs' worth of warps (``n / 16 * KS``) run."""
+    that variant exists (the list in the source, :func:`source_variants`), and ``KS`` warps per CTA so that about
+    ``24 * sms`` warps (``n / 16 * KS``) run."""
     mt = m_tiles(m)
-    have = {v[1:] for v in variants() if v[0] == group}
+    have = {v[1:] for v in source_variants() if v[0] == group}
     xs = 1 if (mt, 1, 2, 1) in have else 0
     ks = 1
-    while (n // 16) * ks < 24 * sms and ks < 16 and 2 * ks <= k // group:
+    while (n // 16) * ks < 24 * sms and 2 * ks <= ks_max(mt, 1) and 2 * ks <= k // group:
         ks *= 2
     return (1, 2, xs, ks)
 
@@ -249,6 +263,10 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     if residual is not None and (residual.shape != (m, n) or residual.dtype != x.dtype
                                  or not residual.is_contiguous()):
         raise ValueError(f"residual must be contiguous {x.dtype} [{m}, {n}], got {tuple(residual.shape)}")
+    if out is not None and (out.shape != (m, n) or out.dtype != x.dtype or not out.is_contiguous()):
+        raise ValueError(f"out must be contiguous {x.dtype} [{m}, {n}], got {tuple(out.shape)} {out.dtype}")
+    if qw.data_ptr() % 16:
+        raise ValueError("qw must be 16-byte aligned (a fresh tensor, not an offset view)")
     lib = _lib(x.device) if x.device.type == "cuda" else None
     if lib is None:
         raise RuntimeError(f"the W4A16 MMA kernel is unavailable: {why_unavailable() or 'not a CUDA tensor'}")
@@ -258,10 +276,11 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     from workbench.kernels.common import use_pdl
 
-    rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks, x.data_ptr(),
-                             x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(), out.data_ptr(),
-                             residual.data_ptr() if residual is not None else None, m, n, k,
-                             int(use_pdl(x.device)), torch.cuda.current_stream(x.device).cuda_stream)
+    with torch.cuda.device(x.device):  # the launch goes to the current device
+        rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks,
+                                 x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(), out.data_ptr(),
+                                 residual.data_ptr() if residual is not None else None, m, n, k,
+                                 int(use_pdl(x.device)), torch.cuda.current_stream(x.device).cuda_stream)
     if rc:
         raise RuntimeError(f"W4A16 MMA launch failed (code {rc}; -1: no compiled variant for G={group}, "
                            f"MT={m_tiles(m)}, cfg={cfg})")
@@ -282,7 +301,9 @@ def tune(x, qw, s, z, group: int, n: int, residual=None, cfgs=None, l2_bytes: fl
         return _BEST[kk]
     copies = max(1, -(-int(l2_bytes) // qw.nbytes))
     ws = [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
-    ref = reference(x, qw, s, z, group, residual)
+    step = 8192  # the float32 reference in blocks of output rows (a whole lm_head would take several GB)
+    ref = torch.cat([reference(x, qw[i:i + step], s[:, i:i + step], z[:, i:i + step], group,
+                               None if residual is None else residual[:, i:i + step]) for i in range(0, n, step)], 1)
     best = fastest_config(cfgs or configs(n, k, m, group, x.device.index or 0),
                           lambda w, cfg: gemm(x, *w, group, n, residual, cfg), ws, ref, timings,
                           f"W4A16 MMA (N={n}, K={k}, M={m})")

@@ -17,14 +17,17 @@
 //    Kim et al. 2022, arXiv 2211.10017, sec. 4.1), then one packed subtraction of 128 + zero: q - zero exactly
 //    (integer zeros, |zero| < 128). Each group's 4 * G/16 MMAs accumulate into a float32 partial that is scaled
 //    by the group's scale once (w_hat itself is never rounded);
-//  * split-K inside the CTA: its KS warps take consecutive ranges of groups and add their fragments into a
-//    shared-memory tile (atomicAdd); the CTA then writes [M, 16 * RT] outputs (+ residual, HF rounding);
+//  * split-K inside the CTA: its KS warps take consecutive ranges of groups and store their fragments into
+//    their own shared-memory slices, summed in warp order (deterministic); the CTA then writes [M, 16 * RT]
+//    outputs (+ residual, HF rounding);
 //  * DEPTH groups of weights, scales, zeros and activations in flight per warp (a register ring);
 //  * programmatic dependent launch: the first DEPTH - 1 groups' weights are loaded before griddepcontrol.wait.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include <atomic>
 
 namespace {
 
@@ -241,14 +244,57 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
   }
 }
 
+// Warps per CTA a variant takes (KS <= this): 16, or 8 where a warp holds >= 4 fragment tiles (more registers:
+// 256-thread blocks let each thread have up to 255), and at most 64 / (MT * RT) so the per-warp partials fit 32 KB.
+template <int MT, int RT>
+struct KsMax {
+  static constexpr int a = (MT * RT >= 4) ? 8 : 16, b = 64 / (MT * RT);
+  static constexpr int value = a < b ? a : b;
+};
+
+// The CTA's output: each warp stores its fragments (rows m < M) into its own slice of `red`, then the threads sum
+// the slices in warp order (a fixed order: the same result on every run) and write [M, 16 RT] (+ residual).
+template <bool BF16, int MT, int RT>
+__device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red, int ks, int warp, int gid, int tig,
+                                       int M, int N, int nbase, uint16_t* __restrict__ out,
+                                       const uint16_t* __restrict__ res) {
+  using D = Dt<BF16>;
+  constexpr int T = RT * 16;
+  float* mine = red + (size_t)warp * M * T;
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m0 = mt * 8 + 2 * tig, nl = r * 16 + gid;
+      if (m0 < M) {
+        mine[m0 * T + nl] = acc[r][mt][0];
+        mine[m0 * T + nl + 8] = acc[r][mt][2];
+      }
+      if (m0 + 1 < M) {
+        mine[(m0 + 1) * T + nl] = acc[r][mt][1];
+        mine[(m0 + 1) * T + nl + 8] = acc[r][mt][3];
+      }
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < M * T; i += blockDim.x) {
+    const int m = i / T, nl = i % T, n = nbase + nl;
+    if (n < N) {
+      float y = 0.0f;
+      for (int w = 0; w < ks; ++w) y += red[(size_t)w * M * T + i];
+      if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
+      out[(size_t)m * N + n] = D::from_f(y);
+    }
+  }
+}
+
 template <bool BF16, int G, int MT, int RT, int DEPTH, bool XS>
-__global__ void __launch_bounds__(512) w4a16_mma_kernel(const uint16_t* __restrict__ x, int sx,
+__global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_kernel(const uint16_t* __restrict__ x, int sx,
                                                        const uint32_t* __restrict__ qw,
                                                        const uint16_t* __restrict__ s,
                                                        const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
                                                        const uint16_t* __restrict__ res, int M, int N, int K) {
   using D = Dt<BF16>;
-  __shared__ float red[MT * 8 * RT * 16];  // [m][n_local]
+  __shared__ float red[KsMax<MT, RT>::value * MT * 8 * RT * 16];  // [warp][m][n_local]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
   const int NG = K / G, KW = K / 8;
@@ -260,7 +306,6 @@ __global__ void __launch_bounds__(512) w4a16_mma_kernel(const uint16_t* __restri
     rows[r][0] = min(nbase + r * 16 + gid, N - 1);  // rows past N (last tile) read row N - 1, never stored
     rows[r][1] = min(nbase + r * 16 + gid + 8, N - 1);
   }
-  for (int i = threadIdx.x; i < MT * 8 * RT * 16; i += blockDim.x) red[i] = 0.0f;
 
   Stage<G, MT, RT, XS> ring[DEPTH];
 #pragma unroll
@@ -274,7 +319,6 @@ __global__ void __launch_bounds__(512) w4a16_mma_kernel(const uint16_t* __restri
 #pragma unroll
   for (int d = 0; d < DEPTH - 1; ++d)
     if (g0 + d < g1) load_x(ring[d], x, sx, M, g0 + d, gid, tig);
-  __syncthreads();  // red zeroed
 
   float acc[RT][MT][4];
 #pragma unroll
@@ -297,29 +341,7 @@ __global__ void __launch_bounds__(512) w4a16_mma_kernel(const uint16_t* __restri
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < RT; ++r)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int m0 = mt * 8 + 2 * tig, nl = r * 16 + gid;
-      if (m0 < M) {
-        atomicAdd(&red[m0 * (RT * 16) + nl], acc[r][mt][0]);
-        atomicAdd(&red[m0 * (RT * 16) + nl + 8], acc[r][mt][2]);
-      }
-      if (m0 + 1 < M) {
-        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl], acc[r][mt][1]);
-        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl + 8], acc[r][mt][3]);
-      }
-    }
-  __syncthreads();
-  for (int i = threadIdx.x; i < M * RT * 16; i += blockDim.x) {
-    const int m = i / (RT * 16), nl = i % (RT * 16), n = nbase + nl;
-    if (n < N) {
-      float y = red[i];
-      if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
-      out[(size_t)m * N + n] = D::from_f(y);
-    }
-  }
+  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -336,7 +358,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // ring, the activations are loaded one group ahead into registers. More bytes in flight per register than the
 // register ring, which at one row left the large matrices at about half the read bandwidth.
 template <bool BF16, int G, int MT, int RT, int DEPTH>
-__global__ void __launch_bounds__(512) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
+__global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
                                                              const uint32_t* __restrict__ qw,
                                                              const uint16_t* __restrict__ s,
                                                              const uint16_t* __restrict__ z,
@@ -345,7 +367,7 @@ __global__ void __launch_bounds__(512) w4a16_mma_async_kernel(const uint16_t* __
   using D = Dt<BF16>;
   constexpr int WPL = G / 32, CH = WPL / 4, C = RT * 2 * CH;  // 16-byte chunks per lane per group
   extern __shared__ uint4 wring[];                            // [warp][DEPTH][C][32]
-  __shared__ float red[MT * 8 * RT * 16];
+  __shared__ float red[KsMax<MT, RT>::value * MT * 8 * RT * 16];  // [warp][m][n_local]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
   const int NG = K / G, KW = K / 8;
@@ -361,7 +383,6 @@ __global__ void __launch_bounds__(512) w4a16_mma_async_kernel(const uint16_t* __
       rows[r][h] = min(nbase + r * 16 + gid + 8 * h, N - 1);
       wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
     }
-  for (int i = threadIdx.x; i < MT * 8 * RT * 16; i += blockDim.x) red[i] = 0.0f;
   uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
 
   auto issue = [&](int slot, int grp) {
@@ -396,7 +417,6 @@ __global__ void __launch_bounds__(512) w4a16_mma_async_kernel(const uint16_t* __
 #endif
   Stage<G, MT, RT, true> cur, nx;
   if (g0 < g1) load_x(cur, x, sx, M, g0, gid, tig);
-  __syncthreads();  // red zeroed
 
   float acc[RT][MT][4];
 #pragma unroll
@@ -441,29 +461,7 @@ __global__ void __launch_bounds__(512) w4a16_mma_async_kernel(const uint16_t* __
   }
   cp_async_wait<0>();
 
-#pragma unroll
-  for (int r = 0; r < RT; ++r)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int m0 = mt * 8 + 2 * tig, nl = r * 16 + gid;
-      if (m0 < M) {
-        atomicAdd(&red[m0 * (RT * 16) + nl], acc[r][mt][0]);
-        atomicAdd(&red[m0 * (RT * 16) + nl + 8], acc[r][mt][2]);
-      }
-      if (m0 + 1 < M) {
-        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl], acc[r][mt][1]);
-        atomicAdd(&red[(m0 + 1) * (RT * 16) + nl + 8], acc[r][mt][3]);
-      }
-    }
-  __syncthreads();
-  for (int i = threadIdx.x; i < M * RT * 16; i += blockDim.x) {
-    const int m = i / (RT * 16), nl = i % (RT * 16), n = nbase + nl;
-    if (n < N) {
-      float y = red[i];
-      if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);
-      out[(size_t)m * N + n] = D::from_f(y);
-    }
-  }
+  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res);
 }
 
 template <bool BF16, int G, int MT, int RT, int DEPTH, int XS>
@@ -479,18 +477,31 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaError_t e;
+  cudaError_t e = cudaSuccess;
+  if (ks < 1 || ks > KsMax<MT, RT>::value) return (int)cudaErrorInvalidValue;
   if constexpr (XS == 2) {
     constexpr int C = RT * 2 * (G / 128);
     const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
-    static bool raised = false;  // per instantiation: the dynamic shared-memory limit raised once (the default
-    if (!raised) {               // 48 KB counts the static reduction tile too)
-      e = cudaFuncSetAttribute(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-      if (e != cudaSuccess) return (int)e;
-      raised = true;
+    constexpr size_t stat = (size_t)KsMax<MT, RT>::value * MT * 8 * RT * 16 * 4;  // the reduction slices
+    if (smem + stat > 48 * 1024) {
+      // the dynamic shared-memory limit is a per-device function attribute: raise it once per device (a race
+      // between host threads only repeats the same idempotent call)
+      static std::atomic<unsigned> raised{0};
+      int dev = 0, optin = 0;
+      e = cudaGetDevice(&dev);
+      if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+      if (e == cudaSuccess && smem + stat > (size_t)optin) e = cudaErrorInvalidValue;
+      const unsigned bit = 1u << (dev & 31);
+      if (e == cudaSuccess && !(raised.load() & bit)) {
+        e = cudaFuncSetAttribute(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)stat);
+        if (e == cudaSuccess) raised.fetch_or(bit);
+      }
+      if (e != cudaSuccess) {
+        cudaGetLastError();  // leave no pending error for the next (torch) launch to report
+        return (int)e;
+      }
     }
-    if (smem > 160 * 1024) return (int)cudaErrorInvalidValue;
     cfg.dynamicSmemBytes = smem;
     e = cudaLaunchKernelEx(&cfg, w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, (const uint16_t*)x, sx,
                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z, (uint16_t*)out,
@@ -500,6 +511,7 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z, (uint16_t*)out,
                            (const uint16_t*)res, M, N, K);
   }
+  if (e != cudaSuccess) cudaGetLastError();  // a failed launch: clear it (the caller raises with the code)
   return (int)e;
 }
 
@@ -528,6 +540,11 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
   WB_W4MMA_VARIANTS(WB_CASE)
 #undef WB_CASE
   return -1;  // no such variant
+}
+
+extern "C" int wb_w4mma_ks_max(int mt, int rt) {  // KsMax<MT, RT> for the loader
+  const int a = (mt * rt >= 4) ? 8 : 16, b = 64 / (mt * rt);
+  return a < b ? a : b;
 }
 
 // "G,MT,RT,DEPTH,XS;..." : the variants this library holds
