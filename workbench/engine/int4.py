@@ -89,9 +89,10 @@ def _mma_from_env() -> bool | str:
 MMA: bool | str = _mma_from_env()
 # rows up to which the MMA kernel is used where the Triton tensor-core GEMM also takes the weight (more rows go to
 # that GEMM): on the H200 the MMA kernel was the fastest INT4 kernel on every Qwen2-7B / Llama-3-8B matmul up to
-# M = 8 and slower than the Triton GEMM at M = 32 and 64; at M = 16 faster per matmul (default Triton
-# configuration) but the engine's batch-16 step was slower with it, 4.198 vs 3.735 ms (Qwen2-7B;
-# benchmarks/results/h200_2026-12-01e/, benchmarks/RESULTS.md)
+# M = 8 and not faster than the Triton GEMM at M = 32 and 64; at M = 16 faster per matmul (default Triton
+# configuration) but, with the first version of the kernel, the engine's batch-16 step was slower with it, 4.198 vs
+# 3.735 ms (Qwen2-7B; benchmarks/results/h200_2026-12-01e/, benchmarks/RESULTS.md). With 1..8 rows here the final
+# code measured batch 1 / 8 at 2.507 / 2.737 ms against 2.601 / 3.451 through the Triton kernels.
 MMA_ROWS_TC = 8
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
