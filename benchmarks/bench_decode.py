@@ -81,6 +81,12 @@ def profile_step(eng: Engine, batch: int = 1, steps: int = 3, top: int = 12) -> 
             sync()
     finally:
         eng.use_graphs = graphs
+    return kernel_table(prof, steps, top)
+
+
+def kernel_table(prof, steps: int, top: int = 12) -> list:
+    """A torch.profiler run of ``steps`` steps as ``[{"kernel", "us_per_step", "calls_per_step"}]``: a TOTAL row,
+    then the ``top`` kernels by device time."""
     rows = []
     for ev in prof.key_averages():
         t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0.0)

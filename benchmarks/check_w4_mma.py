@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.bench_gemv import rotating
 from benchmarks.common import CONFIGS, environment, graph_ms, hf_config, measure_floors
 from workbench.engine.int4 import quantize_rtn_int4
 from workbench.kernels import w4a16_mma as mm
@@ -103,17 +104,6 @@ def part_check(dev) -> list:
     return out
 
 
-def _rot(fns):
-    state = [0]
-
-    def call(x):
-        f = fns[state[0] % len(fns)]
-        state[0] += 1
-        return f(x)
-
-    return call
-
-
 @torch.no_grad()
 def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> list:
     from workbench.kernels import rows, w4a16
@@ -151,7 +141,7 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                                           fl4)
                 for impl, (fns, fl) in impls.items():
                     try:
-                        call = _rot(fns)
+                        call = rotating(fns)
                         us = graph_ms(lambda call=call, x=x: call(x), inner=max(20, 2 * len(fns))) * 1e3
                         out.append({"model": model, "call": name, "N": n, "K": k, "M": m, "impl": impl, "us": us,
                                     "floor_us": fl, "x_floor": us / fl,

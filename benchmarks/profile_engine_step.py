@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_decode import profile_step
+from benchmarks.bench_decode import kernel_table, profile_step
 from benchmarks.common import CONFIGS, hf_config
 from workbench.engine import Engine, int4
 
@@ -40,14 +40,7 @@ def profile_verify(eng, t: int, steps: int = 3, top: int = 25) -> list:
             torch.cuda.synchronize()
     finally:
         eng.use_graphs = graphs
-    rows = []
-    for ev in prof.key_averages():
-        us = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0.0)
-        if us > 0:
-            rows.append({"kernel": ev.key[:90], "us_per_step": us / steps, "calls_per_step": ev.count / steps})
-    rows.sort(key=lambda r: -r["us_per_step"])
-    total = sum(r["us_per_step"] for r in rows)
-    return [{"kernel": "TOTAL", "us_per_step": total, "calls_per_step": sum(r["calls_per_step"] for r in rows)}] + rows[:top]
+    return kernel_table(prof, steps, top)
 
 
 def main() -> None:
