@@ -195,7 +195,7 @@ class Int4Linear:
         self.small_rows = SMALL_M  # rows the small kernel takes
         self.mid = None  # a kernel for small_rows < M <= ROWS_MAX rows before the large one (see FEW_ROWS_TINYGEMM)
         self.tc = False  # the tensor-core GEMM applies (workbench.kernels.rows)
-        self.mma = False  # 1..ROWS_MAX rows go through workbench.kernels.w4a16_mma (see MMA)
+        self.mma = False  # the CUDA kernel of workbench.kernels.w4a16_mma applies (which rows: _mma_rows; see MMA)
         if "dequant" in (small, large) and small != "triton":  # "triton:dequant" dequantizes from its packed words
             self.q, self.scales, self.zeros = q, scales, zeros
         if backend == "dequant":
@@ -300,8 +300,9 @@ class Int4Linear:
         return w4a16.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, self.int_zero)
 
     def warmup(self, max_m: int = 4) -> None:
-        """Tune (and compile) the CUDA-core Triton GEMV for every row count 1..``max_m`` now, outside graph
-        capture, so that a later capture uses tuned configurations. No-op for other backends, off CUDA, or where
+        """Tune (and compile) the CUDA-core Triton GEMV for every row count 1..``max_m`` now, and the MMA kernel
+        for each of its row classes up to ``max_m`` rows, outside graph capture, so that a later capture uses tuned
+        configurations. No-op for other backends, off CUDA, or where
         the tensor-core GEMM takes one-row calls too (it launches a default configuration unless
         :func:`workbench.kernels.rows.tune` ran)."""
         if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV and not self.mma):
