@@ -51,7 +51,7 @@ import warnings
 
 import torch
 
-from workbench.engine.int4 import Int4Linear
+from workbench.engine.int4 import Int4Linear, tristate_env
 from workbench.engine.runtime import InputScaled
 from workbench.engine.weights import Dense
 
@@ -78,13 +78,9 @@ INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
 # 2.588 ms (2.554). The environment variable
 # WORKBENCH_INT4_ONE_ROW_FUSED ("0", "1", "auto"), read at import, overrides it (benchmarks A/B it that way).
 def _one_row_from_env() -> bool | str:
-    """:data:`INT4_ONE_ROW_FUSED` from ``WORKBENCH_INT4_ONE_ROW_FUSED`` (unset or empty: "auto"). Raises ValueError
-    for any other value than "0", "1" or "auto"."""
-    v = os.environ.get("WORKBENCH_INT4_ONE_ROW_FUSED", "").strip()
-    table = {"": "auto", "auto": "auto", "1": True, "0": False}
-    if v not in table:
-        raise ValueError(f"WORKBENCH_INT4_ONE_ROW_FUSED={v!r}: set it to 0, 1 or auto (or unset it)")
-    return table[v]
+    """:data:`INT4_ONE_ROW_FUSED` from ``WORKBENCH_INT4_ONE_ROW_FUSED`` (unset or empty: "auto";
+    :func:`workbench.engine.int4.tristate_env`). Raises ValueError for any other value than "0", "1" or "auto"."""
+    return tristate_env("WORKBENCH_INT4_ONE_ROW_FUSED")
 
 
 INT4_ONE_ROW_FUSED: bool | str = _one_row_from_env()

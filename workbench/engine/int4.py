@@ -75,15 +75,21 @@ TUNE_FUSED = True
 # its library builds on this machine (which rows: Int4Linear._mma_rows): plain calls and the residual epilogue;
 # prologues run as their own kernels (the RoPE epilogue too). "auto" (the default): on where available; False: the Triton kernels above.
 # WORKBENCH_INT4_MMA ("0", "1", "auto"), read at import, overrides it.
-def _mma_from_env() -> bool | str:
-    """:data:`MMA` from ``WORKBENCH_INT4_MMA`` (unset or empty: "auto"). Raises ValueError for another value."""
+def tristate_env(name: str) -> bool | str:
+    """A kernel switch from environment variable ``name``: "1" True, "0" False, "auto" or unset/empty "auto".
+    Raises ValueError for any other value."""
     import os
 
-    v = os.environ.get("WORKBENCH_INT4_MMA", "").strip()
+    v = os.environ.get(name, "").strip()
     table = {"": "auto", "auto": "auto", "1": True, "0": False}
     if v not in table:
-        raise ValueError(f"WORKBENCH_INT4_MMA={v!r}: set it to 0, 1 or auto (or unset it)")
+        raise ValueError(f"{name}={v!r}: set it to 0, 1 or auto (or unset it)")
     return table[v]
+
+
+def _mma_from_env() -> bool | str:
+    """:data:`MMA` from ``WORKBENCH_INT4_MMA`` (:func:`tristate_env`)."""
+    return tristate_env("WORKBENCH_INT4_MMA")
 
 
 MMA: bool | str = _mma_from_env()
