@@ -182,7 +182,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
             eng = Engine.from_config(hf_config(cfg), max_batch=max(batches), max_seq=prompt + steps + 16, **kw)
             eng.set_fused_gemv(True)
-            base = {"model": model, "impl": impl, "build_s": time.time() - t0,
+            base = {"model": model, "impl": impl, "build_s": time.time() - t0, "mma_rows_tc": int4.MMA_ROWS_TC,
                     "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None}
             one = None
             for b in batches:

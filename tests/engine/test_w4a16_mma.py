@@ -66,6 +66,22 @@ def test_every_group_and_row_class_has_a_compiled_variant_with_the_default_tile(
             assert (g, mt, 1, 2, 0) in v or (g, mt, 1, 2, 1) in v, (g, mt)
 
 
+def test_wide_configs_split_k_into_nonempty_ranges_and_bound_the_grid(monkeypatch):
+    # the wide kernel's launch grid (N tiles x splits): every split gets >= 1 group, at most 16 CTAs per SM of 132,
+    # counters enough for the split launches; the split kernels keep their (RT, DEPTH, XS, KS) tuples
+    monkeypatch.setattr(mm, "variants", lambda device_index=0: mm.source_variants())
+    for n, k, m in ((4608, 3584, 16), (37888, 3584, 64), (80, 640, 33), (3584, 18944, 9)):
+        cf = mm.configs(n, k, m, 128)
+        wide = [c for c in cf if c[2] == mm.WIDE]
+        assert wide and all(len(c) == 4 for c in cf if c[2] != mm.WIDE)
+        for rt, _depth, _xs, w, sp in wide:
+            tiles = -(-n // (16 * rt * w))
+            assert w in mm.WIDE_WARPS and 1 <= sp <= k // 128 and tiles * sp <= 16 * 132 and tiles <= mm.SEM_LEN
+        fewest = min(-(-n // (16 * c[0] * c[3])) for c in wide)  # N tiles of the widest CTA
+        assert {c[4] for c in wide} == {sp for sp in mm.WIDE_SPLITS if sp <= k // 128 and fewest * sp <= 16 * 132}
+    assert not [c for c in mm.configs(4608, 3584, 8, 128) if c[2] == mm.WIDE]  # one row tile: the split kernels
+
+
 def test_m_tiles_and_supported():
     assert [mm.m_tiles(m) for m in (1, 8, 9, 16, 17, 33, 64)] == [1, 1, 2, 2, 4, 8, 8]
     with pytest.raises(ValueError, match="1..64 rows"):
@@ -140,6 +156,9 @@ def test_cuda_failed_launch_raises_and_leaves_no_pending_error():
     x = torch.randn(1, 256, device="cuda").to(torch.bfloat16)
     with pytest.raises(RuntimeError, match="launch failed"):
         mm.gemm(x, qw, s, z, 128, 64, cfg=(1, 2, 1, 32))  # 32 warps: more than any variant takes
+    x9 = torch.randn(9, 256, device="cuda").to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        mm.gemm(x9, qw, s, z, 128, 64, cfg=(1, 2, mm.WIDE, 4, 3))  # split 3 > the 2 groups of K
     torch.cuda.synchronize()
     assert float((torch.ones(4, device="cuda") * 2).sum()) == 8.0  # the next torch launch sees no stale error
 

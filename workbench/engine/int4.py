@@ -51,6 +51,8 @@ Backends for ``y = x @ w_hat.T``:
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -78,8 +80,6 @@ TUNE_FUSED = True
 def tristate_env(name: str) -> bool | str:
     """A kernel switch from environment variable ``name``: "1" True, "0" False, "auto" or unset/empty "auto".
     Raises ValueError for any other value."""
-    import os
-
     v = os.environ.get(name, "").strip()
     table = {"": "auto", "auto": "auto", "1": True, "0": False}
     if v not in table:
@@ -99,7 +99,10 @@ MMA: bool | str = _mma_from_env()
 # configuration) but, with the first version of the kernel, the engine's batch-16 step was slower with it, 4.198 vs
 # 3.735 ms (Qwen2-7B; benchmarks/results/h200_2026-12-01e/, benchmarks/RESULTS.md). With 1..8 rows here the final
 # code measured batch 1 / 8 at 2.507 / 2.737 ms against 2.601 / 3.451 through the Triton kernels.
-MMA_ROWS_TC = 8
+# WORKBENCH_INT4_MMA_ROWS_TC (an integer 0..64), read at import, overrides it.
+MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 8)
+if not 0 <= MMA_ROWS_TC <= 64:
+    raise ValueError(f"WORKBENCH_INT4_MMA_ROWS_TC={MMA_ROWS_TC}: set it to 0..64 (or unset it)")
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
             "triton:dequant")

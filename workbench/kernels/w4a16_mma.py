@@ -61,6 +61,10 @@ SRC = Path(__file__).with_name("csrc") / "w4a16_mma.cu"
 ROWS_MAX = 64
 GROUPS = (64, 128, 256)
 KS_CHOICES = (1, 2, 4, 8, 16)  # warps per CTA splitting K
+WIDE = 3  # the XS of the wide kernel's variants: (RT, DEPTH, WIDE, W, SPLIT) configurations
+WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
+WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
+SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
 _BEST: dict = {}
 _STATE: dict = {}
@@ -116,6 +120,11 @@ def _load(path: str) -> ctypes.CDLL:
     lib.wb_w4mma_launch.argtypes = ([ctypes.c_int] * 7 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
                                     + [ctypes.c_int] * 4 + [ctypes.c_void_p])
     lib.wb_w4mma_variants.restype = ctypes.c_char_p
+    lib.wb_w4mma_wide_launch.restype = ctypes.c_int
+    lib.wb_w4mma_wide_launch.argtypes = ([ctypes.c_int] * 7 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
+                                         + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
+                                         + [ctypes.c_void_p])
+    lib.wb_w4mma_wide_variants.restype = ctypes.c_char_p
     return lib
 
 
@@ -164,9 +173,13 @@ def source_variants() -> tuple:
     import re
 
     txt = SRC.read_text()
-    body = txt[txt.index("#define WB_W4MMA_VARIANTS"):]
-    body = body[:body.index("\n\n")]
-    return tuple(tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
+
+    def listed(macro):
+        body = txt[txt.index(f"#define {macro}"):]
+        body = body[:body.index("\n\n")]
+        return [tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", ""))]
+
+    return tuple(listed("WB_W4MMA_VARIANTS")) + tuple(v + (WIDE,) for v in listed("WB_W4WIDE_VARIANTS"))
 
 
 @functools.cache
@@ -177,8 +190,12 @@ def variants(device_index: int = 0) -> tuple:
         return ()
     txt = lib.wb_w4mma_variants().decode()
     out = tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
+    wide = lib.wb_w4mma_wide_variants().decode()
+    out += tuple(tuple(int(v) for v in item.split(",")) + (WIDE,) for item in wide.split(";") if item)
     lib.wb_w4mma_ks_max.restype = ctypes.c_int
-    for _g, mt, rt, _d, _xs in out:  # the Python bound must be the kernel's
+    for _g, mt, rt, _d, xs in out:  # the Python bound must be the kernel's
+        if xs == WIDE:
+            continue
         if lib.wb_w4mma_ks_max(mt, rt) != ks_max(mt, rt):
             raise RuntimeError(f"ks_max({mt}, {rt}) = {ks_max(mt, rt)} but the library says "
                                f"{lib.wb_w4mma_ks_max(mt, rt)}: rebuild it from this source")
@@ -211,13 +228,21 @@ def ks_max(mt: int, rt: int) -> int:
 
 
 def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
-    """Launch configurations ``(RT, DEPTH, XS, KS)`` for ``m`` rows: every compiled variant of this group and
-    ``MT``, with ``KS`` warps per CTA up to :func:`ks_max` and such that each warp gets at least one group."""
+    """Launch configurations for ``m`` rows: every compiled variant of this group and ``MT``; ``(RT, DEPTH, XS,
+    KS)`` for the split kernels, with ``KS`` warps per CTA up to :func:`ks_max` and such that each warp gets at least
+    one group; ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (:data:`WIDE_WARPS`, :data:`WIDE_SPLITS`, each
+    split at least one group, at most ``16 * 132`` CTAs)."""
     mt = m_tiles(m)
     ng = k // group
     out = []
     for g, vmt, rt, depth, xs in variants(device_index):
         if g != group or vmt != mt:
+            continue
+        if xs == WIDE:
+            for w in WIDE_WARPS:
+                tiles = -(-n // (16 * rt * w))
+                out += [(rt, depth, xs, w, sp) for sp in WIDE_SPLITS
+                        if sp <= ng and (sp == 1 or tiles <= SEM_LEN) and tiles * sp <= 16 * 132]
             continue
         for ks in KS_CHOICES:
             if ks <= ng and ks <= ks_max(mt, rt):
@@ -250,7 +275,9 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     Args: ``x`` ``[M, K]`` bf16 or fp16 (1 <= M <= 64; rows contiguous, 16-byte aligned); ``qw`` ``[n, K // 8]``
     int32 from :func:`~workbench.kernels.int4_layout.pack_int4_gemv`; ``s``, ``z`` (scale, integer zero)
     ``[K // group, n]`` in x's dtype, contiguous; ``residual`` ``[M, n]`` in x's dtype or None; ``cfg = (RT, DEPTH,
-    XS, KS)`` (default: tuned for this call, else :func:`default_cfg`). Returns ``[M, n]`` in x's dtype (or fills
+    XS, KS)``, or ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (default: tuned for this call, else
+    :func:`default_cfg`). A split wide launch takes a ``[SPLIT, M, n]`` float32 workspace from torch's allocator and
+    the device's counters (:func:`_sem`): one stream at a time per device. Returns ``[M, n]`` in x's dtype (or fills
     ``out``). Raises ``ValueError`` on arguments it does not take and ``RuntimeError`` when the library is
     unavailable or the launch fails."""
     if x.dim() != 2 or x.dtype not in _MAGIC:
@@ -278,20 +305,41 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     if lib is None:
         raise RuntimeError(f"the W4A16 MMA kernel is unavailable: {why_unavailable() or 'not a CUDA tensor'}")
     cfg = cfg or _BEST.get(key(n, k, m, group, x.dtype, residual is not None)) or default_cfg(n, k, m, group)
-    rt, depth, xs, ks = cfg
+    rt, depth, xs, ks = cfg[:4]
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     from workbench.kernels.common import use_pdl
 
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    res_ptr = residual.data_ptr() if residual is not None else None
     with torch.cuda.device(x.device):  # the launch goes to the current device
-        rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks,
-                                 x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(), out.data_ptr(),
-                                 residual.data_ptr() if residual is not None else None, m, n, k,
-                                 int(use_pdl(x.device)), torch.cuda.current_stream(x.device).cuda_stream)
+        if xs == WIDE:
+            split = cfg[4] if len(cfg) > 4 else 1
+            ws = torch.empty(split * m * n if split > 1 else 0, dtype=torch.float32, device=x.device)
+            sem = _sem(x.device) if split > 1 else None
+            rc = lib.wb_w4mma_wide_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, ks, split,
+                                          x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
+                                          out.data_ptr(), res_ptr, m, n, k, ws.data_ptr() if split > 1 else None,
+                                          sem.data_ptr() if sem is not None else None, SEM_LEN,
+                                          int(use_pdl(x.device)), stream)
+        else:
+            rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks,
+                                     x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
+                                     out.data_ptr(), res_ptr, m, n, k, int(use_pdl(x.device)), stream)
     if rc:
         raise RuntimeError(f"W4A16 MMA launch failed (code {rc}; -1: no compiled variant for G={group}, "
                            f"MT={m_tiles(m)}, cfg={cfg})")
     return out
+
+
+def _sem(device: torch.device) -> torch.Tensor:
+    """The wide kernel's arrival counters for ``device`` (:data:`SEM_LEN` int32 zeros, allocated once; each split
+    launch leaves them zero). Allocated at the first split launch, which :meth:`tune` makes outside graph capture."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    t = _STATE.get(("sem", idx))
+    if t is None:
+        t = _STATE[("sem", idx)] = torch.zeros(SEM_LEN, dtype=torch.int32, device=torch.device("cuda", idx))
+    return t
 
 
 def tune(x, qw, s, z, group: int, n: int, residual=None, cfgs=None, l2_bytes: float = 128e6,

@@ -174,7 +174,29 @@ __device__ __forceinline__ void load_x(Stage<G, MT, RT, XS>& st, const uint16_t*
   }
 }
 
-template <bool BF16, int G, int MT, int RT, bool XS>
+// SM: x is a shared-memory tile of this group (row stride sx elements, column 0 = the group's first column; rows
+// past M hold stale values whose products land only in output columns that are never stored)
+template <int XW>
+__device__ __forceinline__ void ld_xs(uint32_t (&v)[XW], const uint16_t* p) {
+  if constexpr (XW == 1) {
+    v[0] = *reinterpret_cast<const uint32_t*>(p);
+  } else if constexpr (XW == 2) {
+    const uint2 t = *reinterpret_cast<const uint2*>(p);
+    v[0] = t.x;
+    v[1] = t.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < XW; i += 4) {
+      const uint4 t = reinterpret_cast<const uint4*>(p)[i / 4];
+      v[i] = t.x;
+      v[i + 1] = t.y;
+      v[i + 2] = t.z;
+      v[i + 3] = t.w;
+    }
+  }
+}
+
+template <bool BF16, int G, int MT, int RT, bool XS, bool SM = false>
 __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&acc)[RT][MT][4],
                                         const uint16_t* __restrict__ x, int sx, int M, int grp, int gid, int tig) {
   using D = Dt<BF16>;
@@ -203,6 +225,8 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
         if constexpr (XS) {
 #pragma unroll
           for (int i = 0; i < XW; ++i) xv[mt][h][i] = st.x[mt][2 * B + h][i];
+        } else if constexpr (SM) {
+          ld_xs<XW>(xv[mt][h], x + (mt * 8 + gid) * sx + tig * WPL + (2 * B + h) * (G / 8));
         } else {
           const int m = mt * 8 + gid;
           if (m < M) {
@@ -464,6 +488,188 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
   finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res);
 }
 
+// the wide kernel's activation tile per group: 8 MT rows of G columns, each row padded by 16 XW bytes so that a
+// warp's fragment reads (8 rows x 4 lanes of XW words) fall into distinct banks
+template <int G, int MT>
+struct WideTile {
+  static constexpr int XROW = G + 8 * (G / 64);
+  static constexpr int TILE = 8 * MT * XROW;
+};
+
+// The wide kernel (XS = 3 in the variant list), for 9..64 rows: the CTA's W warps take W adjacent tiles of 16 RT
+// weight rows (N), and all of them read one shared copy of the activations, staged group by group into shared
+// memory by cp.async (DEPTH groups in flight, the weights in a register ring beside them). The split kernels above
+// give each CTA one tile of rows, so each CTA reads all of x: at 64 rows that is 16x the weight bytes (L2-bound).
+// K is split across CTAs instead (gridDim.y = S): each writes its float32 partial to ws[S, M, N], and the CTA that
+// arrives last at its column tile's counter (sem, reset by it) sums the S partials in split order (the same result
+// on every run: the stream-K "fixup" of Osama et al. 2023, arXiv 2301.03598, in its serial, deterministic form).
+// ws and sem belong to one stream at a time (the loader keeps one counter array per device; a launch uses it only
+// after griddepcontrol.wait, i.e. after the previous kernel in the stream has finished).
+template <bool BF16, int G, int MT, int RT, int DEPTH>
+__global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restrict__ x, int sx,
+                                                         const uint32_t* __restrict__ qw,
+                                                         const uint16_t* __restrict__ s,
+                                                         const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
+                                                         const uint16_t* __restrict__ res, int M, int N, int K,
+                                                         float* __restrict__ ws, int* __restrict__ sem) {
+  using D = Dt<BF16>;
+  constexpr int XROW = WideTile<G, MT>::XROW, TILE = WideTile<G, MT>::TILE, CPR = G / 8;
+  extern __shared__ uint4 xsm4[];  // [DEPTH][8 MT][XROW] activations
+  uint16_t* xsm = reinterpret_cast<uint16_t*>(xsm4);
+  __shared__ int last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int NG = K / G, KW = K / 8, S = gridDim.y, sp = blockIdx.y;
+  const int g0 = (int)(((long long)sp * NG) / S), g1 = (int)(((long long)(sp + 1) * NG) / S);
+  const int nbase = (blockIdx.x * nw + warp) * (16 * RT);
+  int rows[RT][2];
+#pragma unroll
+  for (int r = 0; r < RT; ++r) {
+    rows[r][0] = min(nbase + r * 16 + gid, N - 1);  // rows past N read row N - 1, never stored
+    rows[r][1] = min(nbase + r * 16 + gid + 8, N - 1);
+  }
+  auto issue_x = [&](int slot, int grp) {  // the group's [M, G] activations, 16 bytes a copy
+    uint16_t* dst = xsm + slot * TILE;
+    for (int i = threadIdx.x; i < M * CPR; i += blockDim.x) {
+      const int m = i / CPR, c = i - m * CPR;
+      cp_async16(dst + m * XROW + c * 8, x + (size_t)m * sx + (size_t)grp * G + c * 8);
+    }
+  };
+
+  Stage<G, MT, RT, false> ring[DEPTH];
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d)
+    if (g0 + d < g1) load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d) {
+    if (g0 + d < g1) issue_x(d, g0 + d);
+    cp_async_commit();
+  }
+  float acc[RT][MT][4];
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
+
+  for (int base = g0; base < g1; base += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const int grp = base + d;
+      if (grp < g1) {  // the same for every thread of the CTA
+        cp_async_wait<DEPTH - 2>();  // this thread's copies of group grp have landed
+        __syncthreads();             // everyone's have; and every warp is done with the slot refilled next
+        const int nxt = grp + DEPTH - 1, slot = (d + DEPTH - 1) % DEPTH;
+        if (nxt < g1) {
+          issue_x(slot, nxt);
+          load_w<BF16>(ring[slot], qw, s, z, rows, nxt, N, KW, tig);
+        }
+        cp_async_commit();
+        compute<BF16, G, MT, RT, false, true>(ring[d], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // fragment (r, mt, i) is output row m = 8 mt + 2 tig + (i & 1), column n = nbase + 16 r + gid + 8 (i >> 1)
+  auto store = [&](int m, int n, float y) {
+    if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
+    out[(size_t)m * N + n] = D::from_f(y);
+  };
+  if (S == 1) {
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
+          if (m < M && n < N) store(m, n, acc[r][mt][i]);
+        }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
+        if (m < M && n < N) __stcg(ws + ((size_t)sp * M + m) * N + n, acc[r][mt][i]);
+      }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
+        if (m < M && n < N) {
+          float y = 0.0f;
+          for (int t = 0; t < S; ++t) y += (t == sp) ? acc[r][mt][i] : __ldcg(ws + ((size_t)t * M + m) * N + n);
+          store(m, n, y);
+        }
+      }
+  if (threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
+}
+
+// raise a kernel's dynamic shared-memory limit once per device (a race between host threads only repeats the same
+// idempotent call); on failure clear the error, so that the next (torch) launch does not report it
+template <typename F>
+cudaError_t raise_smem(F* fn, std::atomic<unsigned>& raised, size_t need, size_t stat) {
+  int dev = 0, optin = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e == cudaSuccess && need + stat > (size_t)optin) e = cudaErrorInvalidValue;
+  const unsigned bit = 1u << (dev & 31);
+  if (e == cudaSuccess && !(raised.load() & bit)) {
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)stat);
+    if (e == cudaSuccess) raised.fetch_or(bit);
+  }
+  if (e != cudaSuccess) cudaGetLastError();
+  return e;
+}
+
+template <bool BF16, int G, int MT, int RT, int DEPTH>
+int launch_wide(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
+                int M, int N, int K, int w, int split, void* ws, void* sem, int sem_len, int pdl,
+                cudaStream_t stream) {
+  const int tiles = (N + 16 * RT * w - 1) / (16 * RT * w);
+  if (w < 1 || w > 8 || split < 1 || split > K / G || (split > 1 && (ws == nullptr || sem == nullptr || tiles > sem_len)))
+    return (int)cudaErrorInvalidValue;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(tiles, split);
+  cfg.blockDim = dim3(32 * w);
+  cfg.dynamicSmemBytes = (size_t)DEPTH * WideTile<G, MT>::TILE * 2;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cfg.dynamicSmemBytes > 48 * 1024) {
+    static std::atomic<unsigned> raised{0};
+    const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH>, raised, cfg.dynamicSmemBytes, 64);
+    if (e != cudaSuccess) return (int)e;
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH>, (const uint16_t*)x, sx,
+                                           (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
+                                           (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem);
+  if (e != cudaSuccess) cudaGetLastError();
+  return (int)e;
+}
+
 template <bool BF16, int G, int MT, int RT, int DEPTH, int XS>
 int launch_one(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
                int M, int N, int K, int ks, int pdl, cudaStream_t stream) {
@@ -540,6 +746,34 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
   WB_W4MMA_VARIANTS(WB_CASE)
 #undef WB_CASE
   return -1;  // no such variant
+}
+
+// The wide kernel's variants (G, MT, RT, DEPTH), listed by the loader with XS = 3 (wb_w4mma_wide_variants).
+#define WB_W4WIDE_VARIANTS(X)                                                                                 \
+  X(64, 2, 1, 2) X(64, 4, 1, 2) X(64, 8, 1, 2)                                                                \
+  X(128, 2, 1, 2) X(128, 2, 1, 3) X(128, 2, 2, 2) X(128, 4, 1, 2) X(128, 4, 1, 3) X(128, 4, 2, 2)           \
+  X(128, 8, 1, 2) X(128, 8, 1, 3)                                                                             \
+  X(256, 4, 1, 2) X(256, 8, 1, 2)
+
+extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int w, int split, const void* x,
+                                    int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
+                                    int M, int N, int K, void* ws, void* sem, int sem_len, int pdl, void* stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+#define WB_WCASE(G_, MT_, RT_, D_)                                                                            \
+  if (group == G_ && mt == MT_ && rt == RT_ && depth == D_)                                                    \
+    return bf16 ? launch_wide<true, G_, MT_, RT_, D_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws, sem,  \
+                                                      sem_len, pdl, st)                                        \
+                : launch_wide<false, G_, MT_, RT_, D_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws, sem, \
+                                                       sem_len, pdl, st);
+  WB_W4WIDE_VARIANTS(WB_WCASE)
+#undef WB_WCASE
+  return -1;
+}
+
+extern "C" const char* wb_w4mma_wide_variants() {  // "G,MT,RT,DEPTH;..."
+#define WB_WSTR(G_, MT_, RT_, D_) #G_ "," #MT_ "," #RT_ "," #D_ ";"
+  return WB_W4WIDE_VARIANTS(WB_WSTR);
+#undef WB_WSTR
 }
 
 extern "C" int wb_w4mma_ks_max(int mt, int rt) {  // KsMax<MT, RT> for the loader
