@@ -216,6 +216,7 @@ def main() -> int:
     p.add_argument("--parts", default="build,check,layers,engine")
     p.add_argument("--layer-models", default="qwen2-7b,llama3-8b")
     p.add_argument("--engine-models", default="qwen2-7b,llama3-8b")
+    p.add_argument("--layer-ms", default=",".join(map(str, TIME_MS)), help="row counts timed in part layers")
     a = p.parse_args()
     parts = set(a.parts.split(","))
     out_dir = Path(a.out)
@@ -257,7 +258,8 @@ def main() -> int:
         save()
     if "layers" in parts:
         t = time.time()
-        res["layers"] = part_layers(dev, floors, tuple(a.layer_models.split(",")))
+        res["layers"] = part_layers(dev, floors, tuple(a.layer_models.split(",")),
+                                    tuple(int(v) for v in a.layer_ms.split(",")))
         res["layers_s"] = time.time() - t
         save()
         for r in res["layers"]:

@@ -72,14 +72,14 @@ def test_wide_configs_split_k_into_nonempty_ranges_and_bound_the_grid(monkeypatc
     monkeypatch.setattr(mm, "variants", lambda device_index=0: mm.source_variants())
     for n, k, m in ((4608, 3584, 16), (37888, 3584, 64), (80, 640, 33), (3584, 18944, 9)):
         cf = mm.configs(n, k, m, 128)
-        wide = [c for c in cf if c[2] == mm.WIDE]
-        assert wide and all(len(c) == 4 for c in cf if c[2] != mm.WIDE)
+        wide = [c for c in cf if c[2] >= mm.WIDE]
+        assert wide and all(len(c) == 4 for c in cf if c[2] < mm.WIDE)
         for rt, _depth, _xs, w, sp in wide:
             tiles = -(-n // (16 * rt * w))
             assert w in mm.WIDE_WARPS and 1 <= sp <= k // 128 and tiles * sp <= 16 * 132 and tiles <= mm.SEM_LEN
         fewest = min(-(-n // (16 * c[0] * c[3])) for c in wide)  # N tiles of the widest CTA
         assert {c[4] for c in wide} == {sp for sp in mm.WIDE_SPLITS if sp <= k // 128 and fewest * sp <= 16 * 132}
-    assert not [c for c in mm.configs(4608, 3584, 8, 128) if c[2] == mm.WIDE]  # one row tile: the split kernels
+    assert not [c for c in mm.configs(4608, 3584, 8, 128) if c[2] >= mm.WIDE]  # one row tile: the split kernels
 
 
 def test_m_tiles_and_supported():

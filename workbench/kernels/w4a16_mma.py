@@ -61,7 +61,7 @@ SRC = Path(__file__).with_name("csrc") / "w4a16_mma.cu"
 ROWS_MAX = 64
 GROUPS = (64, 128, 256)
 KS_CHOICES = (1, 2, 4, 8, 16)  # warps per CTA splitting K
-WIDE = 3  # the XS of the wide kernel's variants: (RT, DEPTH, WIDE, W, SPLIT) configurations
+WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configurations; XS = 4 its weights via shared memory
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
@@ -121,7 +121,7 @@ def _load(path: str) -> ctypes.CDLL:
                                     + [ctypes.c_int] * 4 + [ctypes.c_void_p])
     lib.wb_w4mma_variants.restype = ctypes.c_char_p
     lib.wb_w4mma_wide_launch.restype = ctypes.c_int
-    lib.wb_w4mma_wide_launch.argtypes = ([ctypes.c_int] * 7 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
+    lib.wb_w4mma_wide_launch.argtypes = ([ctypes.c_int] * 8 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
                                          + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
                                          + [ctypes.c_void_p])
     lib.wb_w4mma_wide_variants.restype = ctypes.c_char_p
@@ -179,7 +179,7 @@ def source_variants() -> tuple:
         body = body[:body.index("\n\n")]
         return [tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", ""))]
 
-    return tuple(listed("WB_W4MMA_VARIANTS")) + tuple(v + (WIDE,) for v in listed("WB_W4WIDE_VARIANTS"))
+    return tuple(listed("WB_W4MMA_VARIANTS")) + tuple(v[:4] + (WIDE + v[4],) for v in listed("WB_W4WIDE_VARIANTS"))
 
 
 @functools.cache
@@ -191,10 +191,13 @@ def variants(device_index: int = 0) -> tuple:
     txt = lib.wb_w4mma_variants().decode()
     out = tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
     wide = lib.wb_w4mma_wide_variants().decode()
-    out += tuple(tuple(int(v) for v in item.split(",")) + (WIDE,) for item in wide.split(";") if item)
+    for item in wide.split(";"):
+        if item:
+            g, mt, rt, depth, wsm = (int(v) for v in item.split(","))
+            out += ((g, mt, rt, depth, WIDE + wsm),)
     lib.wb_w4mma_ks_max.restype = ctypes.c_int
     for _g, mt, rt, _d, xs in out:  # the Python bound must be the kernel's
-        if xs == WIDE:
+        if xs >= WIDE:
             continue
         if lib.wb_w4mma_ks_max(mt, rt) != ks_max(mt, rt):
             raise RuntimeError(f"ks_max({mt}, {rt}) = {ks_max(mt, rt)} but the library says "
@@ -238,7 +241,7 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
     for g, vmt, rt, depth, xs in variants(device_index):
         if g != group or vmt != mt:
             continue
-        if xs == WIDE:
+        if xs >= WIDE:
             for w in WIDE_WARPS:
                 tiles = -(-n // (16 * rt * w))
                 out += [(rt, depth, xs, w, sp) for sp in WIDE_SPLITS
@@ -313,11 +316,12 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     stream = torch.cuda.current_stream(x.device).cuda_stream
     res_ptr = residual.data_ptr() if residual is not None else None
     with torch.cuda.device(x.device):  # the launch goes to the current device
-        if xs == WIDE:
+        if xs >= WIDE:
             split = cfg[4] if len(cfg) > 4 else 1
             ws = torch.empty(split * m * n if split > 1 else 0, dtype=torch.float32, device=x.device)
             sem = _sem(x.device) if split > 1 else None
-            rc = lib.wb_w4mma_wide_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, ks, split,
+            rc = lib.wb_w4mma_wide_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs - WIDE,
+                                          ks, split,
                                           x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
                                           out.data_ptr(), res_ptr, m, n, k, ws.data_ptr() if split > 1 else None,
                                           sem.data_ptr() if sem is not None else None, SEM_LEN,

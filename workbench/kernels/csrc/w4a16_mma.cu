@@ -217,6 +217,32 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
   }
 #pragma unroll
   for (int B = 0; B < 4; ++B) {
+    if constexpr (SM) {  // dequantize byte B's fragments first, then one activation tile at a time (fewer registers)
+      uint32_t a[RT][NP][4];
+#pragma unroll
+      for (int p = 0; p < NP; ++p)
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          const uint32_t sel = B * 0x1111 + 0x4400;
+          const uint32_t t0 = prmt(st.w[r][0][2 * p], st.w[r][0][2 * p + 1], sel);
+          const uint32_t t1 = prmt(st.w[r][1][2 * p], st.w[r][1][2 * p + 1], sel);
+          a[r][p][0] = D::sub2(nib2<D::MAGIC>(t0), c[r][0]);
+          a[r][p][1] = D::sub2(nib2<D::MAGIC>(t1), c[r][1]);
+          a[r][p][2] = D::sub2(nib2<D::MAGIC>(t0 >> 4), c[r][0]);
+          a[r][p][3] = D::sub2(nib2<D::MAGIC>(t1 >> 4), c[r][1]);
+        }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t xv[2][XW];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ld_xs<XW>(xv[h], x + (mt * 8 + gid) * sx + tig * WPL + (2 * B + h) * (G / 8));
+#pragma unroll
+        for (int p = 0; p < NP; ++p)
+#pragma unroll
+          for (int r = 0; r < RT; ++r) D::mma(part[r][mt], a[r][p], xv[0][p], xv[1][p]);
+      }
+      continue;
+    }
     uint32_t xv[MT][2][XW];  // chunks 2B, 2B + 1 (XS: from the ring)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -225,8 +251,6 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
         if constexpr (XS) {
 #pragma unroll
           for (int i = 0; i < XW; ++i) xv[mt][h][i] = st.x[mt][2 * B + h][i];
-        } else if constexpr (SM) {
-          ld_xs<XW>(xv[mt][h], x + (mt * 8 + gid) * sx + tig * WPL + (2 * B + h) * (G / 8));
         } else {
           const int m = mt * 8 + gid;
           if (m < M) {
@@ -505,7 +529,7 @@ struct WideTile {
 // on every run: the stream-K "fixup" of Osama et al. 2023, arXiv 2301.03598, in its serial, deterministic form).
 // ws and sem belong to one stream at a time (the loader keeps one counter array per device; a launch uses it only
 // after griddepcontrol.wait, i.e. after the previous kernel in the stream has finished).
-template <bool BF16, int G, int MT, int RT, int DEPTH>
+template <bool BF16, int G, int MT, int RT, int DEPTH, bool WS>
 __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restrict__ x, int sx,
                                                          const uint32_t* __restrict__ qw,
                                                          const uint16_t* __restrict__ s,
@@ -514,7 +538,9 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
                                                          float* __restrict__ ws, int* __restrict__ sem) {
   using D = Dt<BF16>;
   constexpr int XROW = WideTile<G, MT>::XROW, TILE = WideTile<G, MT>::TILE, CPR = G / 8;
-  extern __shared__ uint4 xsm4[];  // [DEPTH][8 MT][XROW] activations
+  constexpr int WPL = G / 32, CH = WPL / 4, C = RT * 2 * CH;  // WS: 16-byte chunks per lane per group
+  static_assert(!WS || G >= 128, "weights through shared memory: 16-byte chunks per lane (G >= 128)");
+  extern __shared__ uint4 xsm4[];  // [DEPTH][8 MT][XROW] activations, then (WS) [W][DEPTH][C][32] weights
   uint16_t* xsm = reinterpret_cast<uint16_t*>(xsm4);
   __shared__ int last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -523,11 +549,15 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
   const int g0 = (int)(((long long)sp * NG) / S), g1 = (int)(((long long)(sp + 1) * NG) / S);
   const int nbase = (blockIdx.x * nw + warp) * (16 * RT);
   int rows[RT][2];
+  const uint32_t* wp[RT][2];
 #pragma unroll
-  for (int r = 0; r < RT; ++r) {
-    rows[r][0] = min(nbase + r * 16 + gid, N - 1);  // rows past N read row N - 1, never stored
-    rows[r][1] = min(nbase + r * 16 + gid + 8, N - 1);
-  }
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows[r][h] = min(nbase + r * 16 + gid + 8 * h, N - 1);  // rows past N read row N - 1, never stored
+      wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
+    }
+  uint4* wring = xsm4 + (size_t)DEPTH * TILE * 2 / 16 + (size_t)warp * DEPTH * C * 32;
   auto issue_x = [&](int slot, int grp) {  // the group's [M, G] activations, 16 bytes a copy
     uint16_t* dst = xsm + slot * TILE;
     for (int i = threadIdx.x; i < M * CPR; i += blockDim.x) {
@@ -535,11 +565,36 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
       cp_async16(dst + m * XROW + c * 8, x + (size_t)m * sx + (size_t)grp * G + c * 8);
     }
   };
-
-  Stage<G, MT, RT, false> ring[DEPTH];
+  auto issue_w = [&](int slot, int grp) {  // WS: this warp's weights of the group, [C][32] 16-byte chunks
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < CH; ++c)
+          cp_async16(&wring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * (G / 8) + 4 * c);
+  };
+  Stage<G, MT, RT, false> ring[WS ? 1 : DEPTH];  // !WS: the weights' register ring; WS: the group being computed
+  uint16_t sr[WS ? DEPTH : 1][RT][2], zr[WS ? DEPTH : 1][RT][2];  // WS: scales and zeros ride in registers
+  auto load_sz = [&](int slot, int grp) {
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sr[slot][r][h] = __ldg(s + (size_t)grp * N + rows[r][h]);
+        zr[slot][r][h] = __ldg(z + (size_t)grp * N + rows[r][h]);
+      }
+  };
 #pragma unroll
   for (int d = 0; d < DEPTH - 1; ++d)
-    if (g0 + d < g1) load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
+    if (g0 + d < g1) {
+      if constexpr (WS) {
+        issue_w(d, g0 + d);  // (in the first commit group, with stage 0's activations)
+        load_sz(d, g0 + d);
+      } else {
+        load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
+      }
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -567,10 +622,34 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
         const int nxt = grp + DEPTH - 1, slot = (d + DEPTH - 1) % DEPTH;
         if (nxt < g1) {
           issue_x(slot, nxt);
-          load_w<BF16>(ring[slot], qw, s, z, rows, nxt, N, KW, tig);
+          if constexpr (WS) {
+            issue_w(slot, nxt);
+            load_sz(slot, nxt);
+          } else {
+            load_w<BF16>(ring[slot], qw, s, z, rows, nxt, N, KW, tig);
+          }
         }
         cp_async_commit();
-        compute<BF16, G, MT, RT, false, true>(ring[d], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+        if constexpr (WS) {
+#pragma unroll
+          for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int c = 0; c < CH; ++c) {
+                const uint4 v = wring[((size_t)d * C + (r * 2 + h) * CH + c) * 32 + lane];
+                ring[0].w[r][h][4 * c] = v.x;
+                ring[0].w[r][h][4 * c + 1] = v.y;
+                ring[0].w[r][h][4 * c + 2] = v.z;
+                ring[0].w[r][h][4 * c + 3] = v.w;
+              }
+              ring[0].s[r][h] = sr[d][r][h];
+              ring[0].z[r][h] = zr[d][r][h];
+            }
+          compute<BF16, G, MT, RT, false, true>(ring[0], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+        } else {
+          compute<BF16, G, MT, RT, false, true>(ring[d], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+        }
       }
     }
   }
@@ -641,7 +720,7 @@ cudaError_t raise_smem(F* fn, std::atomic<unsigned>& raised, size_t need, size_t
   return e;
 }
 
-template <bool BF16, int G, int MT, int RT, int DEPTH>
+template <bool BF16, int G, int MT, int RT, int DEPTH, int WS>
 int launch_wide(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
                 int M, int N, int K, int w, int split, void* ws, void* sem, int sem_len, int pdl,
                 cudaStream_t stream) {
@@ -651,7 +730,8 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(tiles, split);
   cfg.blockDim = dim3(32 * w);
-  cfg.dynamicSmemBytes = (size_t)DEPTH * WideTile<G, MT>::TILE * 2;
+  cfg.dynamicSmemBytes =
+      (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + (WS ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -660,10 +740,10 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   cfg.numAttrs = 1;
   if (cfg.dynamicSmemBytes > 48 * 1024) {
     static std::atomic<unsigned> raised{0};
-    const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH>, raised, cfg.dynamicSmemBytes, 64);
+    const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS == 1>, raised, cfg.dynamicSmemBytes, 64);
     if (e != cudaSuccess) return (int)e;
   }
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH>, (const uint16_t*)x, sx,
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS == 1>, (const uint16_t*)x, sx,
                                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
                                            (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem);
   if (e != cudaSuccess) cudaGetLastError();
@@ -749,29 +829,33 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
 }
 
 // The wide kernel's variants (G, MT, RT, DEPTH), listed by the loader with XS = 3 (wb_w4mma_wide_variants).
+// The wide kernel's variants (G, MT, RT, DEPTH, WS): WS = 1 the weights through a per-warp shared-memory ring
+// (cp.async, G >= 128), 0 a register ring; the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
 #define WB_W4WIDE_VARIANTS(X)                                                                                 \
-  X(64, 2, 1, 2) X(64, 4, 1, 2) X(64, 8, 1, 2)                                                                \
-  X(128, 2, 1, 2) X(128, 2, 1, 3) X(128, 2, 2, 2) X(128, 4, 1, 2) X(128, 4, 1, 3) X(128, 4, 2, 2)           \
-  X(128, 8, 1, 2) X(128, 8, 1, 3)                                                                             \
-  X(256, 4, 1, 2) X(256, 8, 1, 2)
+  X(64, 2, 1, 2, 0) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0)                                                       \
+  X(128, 2, 1, 2, 0) X(128, 8, 1, 2, 0)                                                                       \
+  X(128, 2, 1, 4, 1) X(128, 2, 1, 6, 1) X(128, 2, 2, 4, 1) X(128, 4, 1, 4, 1) X(128, 4, 1, 6, 1)              \
+  X(128, 8, 1, 3, 1) X(128, 8, 1, 4, 1) X(128, 8, 1, 6, 1)                                                    \
+  X(256, 4, 1, 4, 1) X(256, 8, 1, 3, 1)
 
-extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int w, int split, const void* x,
+extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int wsm, int w, int split,
+                                    const void* x,
                                     int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
                                     int M, int N, int K, void* ws, void* sem, int sem_len, int pdl, void* stream) {
   cudaStream_t st = (cudaStream_t)stream;
-#define WB_WCASE(G_, MT_, RT_, D_)                                                                            \
-  if (group == G_ && mt == MT_ && rt == RT_ && depth == D_)                                                    \
-    return bf16 ? launch_wide<true, G_, MT_, RT_, D_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws, sem,  \
-                                                      sem_len, pdl, st)                                        \
-                : launch_wide<false, G_, MT_, RT_, D_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws, sem, \
-                                                       sem_len, pdl, st);
+#define WB_WCASE(G_, MT_, RT_, D_, WS_)                                                                       \
+  if (group == G_ && mt == MT_ && rt == RT_ && depth == D_ && wsm == WS_)                                      \
+    return bf16 ? launch_wide<true, G_, MT_, RT_, D_, WS_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws,  \
+                                                           sem, sem_len, pdl, st)                              \
+                : launch_wide<false, G_, MT_, RT_, D_, WS_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws, \
+                                                            sem, sem_len, pdl, st);
   WB_W4WIDE_VARIANTS(WB_WCASE)
 #undef WB_WCASE
   return -1;
 }
 
-extern "C" const char* wb_w4mma_wide_variants() {  // "G,MT,RT,DEPTH;..."
-#define WB_WSTR(G_, MT_, RT_, D_) #G_ "," #MT_ "," #RT_ "," #D_ ";"
+extern "C" const char* wb_w4mma_wide_variants() {  // "G,MT,RT,DEPTH,WS;..."
+#define WB_WSTR(G_, MT_, RT_, D_, WS_) #G_ "," #MT_ "," #RT_ "," #D_ "," #WS_ ";"
   return WB_W4WIDE_VARIANTS(WB_WSTR);
 #undef WB_WSTR
 }
