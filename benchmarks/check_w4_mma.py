@@ -9,7 +9,7 @@ by side with the other kernels, and engine steps.
     allocated over NaN-filled memory. Pass: relative L2 < 5e-3, max abs <= 2**-6 max |ref|, >= 80% bit-equal.
 (c) ``layers``: per layer matmul and M in 1, 2, 4, 8, 16, 32, 64 (Qwen2-7B and Llama-3-8B shapes, lm_head
     included), us under CUDA-graph replay with the weights rotated over >= 300 MB (L2 holds none): the MMA
-    kernel (tuned per call), cuBLAS bf16, torch's tinygemm, the Triton INT4 tensor-core GEMM (``rows.gemm_int4``,
+    kernel (tuned per call), the dense (bf16) MMA kernel of the same library (tuned), cuBLAS bf16, torch's tinygemm, the Triton INT4 tensor-core GEMM (``rows.gemm_int4``,
     its default configuration) and, at M = 1, the Triton CUDA-core GEMV (tuned); floors = bytes / read bandwidth
     (``benchmarks.common.measure_floors``), and the FLOPs term.
 (d) ``engine``: decode ms per step at batch 1..64 and verify steps T = 3, 5, 9 of random-init Qwen2-7B (and
@@ -135,6 +135,10 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                          "tinygemm": ([lambda x, p=p, c=c, g=g: torch.ops.aten._weight_int4pack_mm(x, p, g, c)
                                        for p, c in tiny], fl4),
                          "rows_int4": ([lambda x, o=o, g=g, n=n: rows.gemm_int4(x, *o, g, n) for o in ours], fl4)}
+                dt: dict = {}
+                dcfg = mm.dense_tune(x, w16[0], timings=dt) if mm.dense_supported(n, k, x.dtype) else None
+                if dcfg is not None:
+                    impls["dense_mma"] = ([lambda x, w=w, c=dcfg: mm.dense_gemm(x, w, None, c) for w in w16], fl16)
                 if m == 1:
                     cw = w4a16.tune(x, qw, s, z, g, n)
                     impls["gemv_int4"] = ([lambda x, o=o, c=cw, g=g, n=n: w4a16.gemv(x, *o, g, n, c) for o in ours],
@@ -145,11 +149,13 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                         us = graph_ms(lambda call=call, x=x: call(x), inner=max(20, 2 * len(fns))) * 1e3
                         out.append({"model": model, "call": name, "N": n, "K": k, "M": m, "impl": impl, "us": us,
                                     "floor_us": fl, "x_floor": us / fl,
-                                    "cfg": list(cfg) if impl == "mma" else None})
+                                    "cfg": list(cfg) if impl == "mma" else list(dcfg) if impl == "dense_mma" else None})
                     except Exception as e:  # noqa: BLE001 - keep the other kernels' rows
                         out.append({"model": model, "call": name, "M": m, "impl": impl, "error": str(e)[:300]})
                 out.append({"model": model, "call": name, "M": m, "impl": "mma_timings",
                             "timings": {",".join(map(str, c)): t for c, t in timings.items()}})
+                out.append({"model": model, "call": name, "M": m, "impl": "dense_mma_timings",
+                            "timings": {",".join(map(str, c)): t for c, t in dt.items()}})
             del ours, tiny, w16
             gc.collect()
             torch.cuda.empty_cache()

@@ -241,3 +241,53 @@ def test_dispatch_runs_prologues_and_rope_outside_the_mma_kernel(monkeypatch):
     lin64.mma = True
     with pytest.raises(ValueError, match="no prologue"):
         lin64.fused(x, "rmsnorm", nw, 1e-6)
+
+
+def test_dense_fragment_assignment_computes_x_w_t():
+    # the dense kernel's register placement (DENSE_A_WORDS, and the activations' words as b0 / b1) evaluated by PTX's
+    # m16n8k16 fragment layout equals x @ w.T (float32, 10 activation rows: two tiles, the second partial)
+    torch.manual_seed(0)
+    x, w = torch.randn(10, 128), torch.randn(32, 128)
+    got = mm.dense_emulate(x, w)
+    assert torch.allclose(got, x @ w.t(), rtol=1e-4, atol=1e-4)
+
+
+def test_dense_emulation_catches_a_swapped_fragment():
+    # power of the test above: a1 / a2 swapped (row gid + 8's words where row gid's k + 8 belong) fails it
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 64), torch.randn(16, 64)
+    bad = ((0, 0), (0, 1), (1, 0), (1, 1))
+    assert float((mm.dense_emulate(x, w, bad) - x @ w.t()).norm() / (x @ w.t()).norm()) > 0.3
+
+
+def test_dense_configs_and_default_stay_within_the_compiled_variants(monkeypatch):
+    src = set(mm.dense_source_variants())
+    monkeypatch.setattr(mm, "dense_variants", lambda device_index=0: tuple(sorted(src)))
+    for n, k in ((4608, 3584), (3584, 18944), (960, 576)):
+        for m in (1, 2, 9, 17, 64):
+            ch, depth, ks = mm.dense_default_cfg(n, k, m)
+            assert (mm.m_tiles(m), ch, depth) in src and k % (32 * ch) == 0, (n, k, m)
+            assert 1 <= ks <= min(mm.ks_max(mm.m_tiles(m), 1), k // (32 * ch))
+            cf = mm.dense_configs(n, k, m)
+            assert cf and all(k % (32 * c[0]) == 0 and c[2] * 32 * c[0] <= k for c in cf)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_dense_gemm_matches_reference_for_every_config(dtype):
+    # N = 80 (a partial CTA grid), K = 640 (5 stages of 128, 10 of 64: uneven splits over the warps)
+    if not mm.available("cuda"):
+        pytest.skip(mm.why_unavailable())
+    n, k = 80, 640
+    w = (torch.randn(n, k, device="cuda") * 0.05).to(dtype)
+    for m in (1, 2, 8, 9, 16, 17, 33, 64):
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        res = torch.randn(m, n, device="cuda").to(dtype)
+        for cfg in mm.dense_configs(n, k, m):
+            for r in (None, res):
+                ref = (x.float() @ w.float().t()).to(dtype)
+                if r is not None:
+                    ref = (ref.float() + r.float()).to(dtype)
+                y = mm.dense_gemm(x, w, r, cfg).float()
+                assert float((y - ref.float()).norm() / ref.float().norm()) < 5e-3, (m, cfg, r is not None)
+                assert torch.equal(y, mm.dense_gemm(x, w, r, cfg).float())

@@ -125,6 +125,10 @@ def _load(path: str) -> ctypes.CDLL:
                                          + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
                                          + [ctypes.c_void_p])
     lib.wb_w4mma_wide_variants.restype = ctypes.c_char_p
+    lib.wb_dense_mma_launch.restype = ctypes.c_int
+    lib.wb_dense_mma_launch.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 3
+                                        + [ctypes.c_int] * 4 + [ctypes.c_void_p])
+    lib.wb_dense_mma_variants.restype = ctypes.c_char_p
     return lib
 
 
@@ -436,3 +440,158 @@ def emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
     if residual is not None:
         y = (y.float() + residual.float()).to(x.dtype)
     return y.float()
+
+
+# ---- bf16 / fp16 weights: the same few-row technique without dequantization (dense_mma_kernel in the source) ----
+DENSE_KS = (1, 2, 4, 8, 16)
+_DENSE_BEST: dict = {}
+
+
+@functools.cache
+def dense_variants(device_index: int = 0) -> tuple:
+    """``(MT, CH, DEPTH)`` tuples of the dense kernel the loaded library holds (a stage is ``32 CH`` columns)."""
+    lib = _lib(torch.device("cuda", device_index))
+    if lib is None:
+        return ()
+    txt = lib.wb_dense_mma_variants().decode()
+    return tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
+
+
+@functools.cache
+def dense_source_variants() -> tuple:
+    """``(MT, CH, DEPTH)`` tuples the source instantiates (``WB_DENSE_VARIANTS``), read without compiling."""
+    import re
+
+    txt = SRC.read_text()
+    body = txt[txt.index("#define WB_DENSE_VARIANTS"):]
+    body = body[:body.index("\n\n")]
+    return tuple(tuple(int(v) for v in s.split(",")) for s in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
+
+
+def dense_supported(n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether :func:`dense_gemm` takes a ``[n, k]`` weight: bf16 / fp16, ``n`` a multiple of 16, ``k`` of 64."""
+    return dtype in _MAGIC and n % 16 == 0 and n >= 16 and k % 64 == 0
+
+
+def dense_configs(n: int, k: int, m: int, device_index: int = 0) -> list:
+    """``(CH, DEPTH, KS)`` launch configurations of the dense kernel for ``m`` rows: the compiled variants of this
+    ``MT`` whose stage divides ``k``, ``KS`` warps up to ``ks_max(MT, 1)`` with at least one stage each."""
+    mt = m_tiles(m)
+    return [(ch, depth, ks) for vmt, ch, depth in dense_variants(device_index) if vmt == mt and k % (32 * ch) == 0
+            for ks in DENSE_KS if ks <= ks_max(mt, 1) and ks <= k // (32 * ch)]
+
+
+def dense_default_cfg(n: int, k: int, m: int, sms: int = 132) -> tuple:
+    """An untuned configuration: 128-column stages where they divide ``k`` and are compiled for this ``MT`` (else
+    64), 3-4 in flight, ``KS`` so that about ``24 * sms`` warps run."""
+    mt = m_tiles(m)
+    have = set(dense_source_variants())
+    ch, depth = next((c, d) for c, d in ((4, 4), (4, 3), (2, 4), (2, 8)) if (mt, c, d) in have and k % (32 * c) == 0)
+    ks = 1
+    while (n // 16) * ks < 24 * sms and 2 * ks <= ks_max(mt, 1) and 2 * ks <= k // (32 * ch):
+        ks *= 2
+    return (ch, depth, ks)
+
+
+def dense_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None, cfg: tuple | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """``[M, N] = x @ w.T (+ residual)`` for 1..64 rows on tensor cores, float32 accumulation, HF's rounding with a
+    residual (``bf16(bf16(x @ w.T) + residual)``).
+
+    Args: ``x`` ``[M, K]`` bf16 / fp16 (rows 16-byte aligned), ``w`` ``[N, K]`` contiguous in x's dtype
+    (:func:`dense_supported`), ``residual`` ``[M, N]`` or None, ``cfg = (CH, DEPTH, KS)`` (default: tuned, else
+    :func:`dense_default_cfg`). Returns ``[M, N]`` in x's dtype. Raises ``ValueError`` on arguments it does not take,
+    ``RuntimeError`` when the library is unavailable or the launch fails."""
+    if x.dim() != 2 or x.dtype not in _MAGIC or w.dim() != 2 or w.dtype != x.dtype or w.shape[1] != x.shape[1]:
+        raise ValueError(f"x [M, K] and w [N, K] in bf16 / fp16, got {tuple(x.shape)} {x.dtype}, "
+                         f"{tuple(w.shape)} {w.dtype}")
+    m, k = x.shape
+    n = w.shape[0]
+    if not dense_supported(n, k, x.dtype) or not w.is_contiguous() or w.data_ptr() % 16:
+        raise ValueError(f"w [{n}, {k}]: want N a multiple of 16, K of 64, contiguous and 16-byte aligned")
+    if not 1 <= m <= ROWS_MAX:
+        raise ValueError(f"the dense MMA kernel takes 1..{ROWS_MAX} rows, got {m}")
+    if x.stride(1) != 1 or (x.stride(0) * 2) % 16 or x.data_ptr() % 16:
+        x = x.clone(memory_format=torch.contiguous_format)
+    if residual is not None and (residual.shape != (m, n) or residual.dtype != x.dtype
+                                 or not residual.is_contiguous()):
+        raise ValueError(f"residual must be contiguous {x.dtype} [{m}, {n}], got {tuple(residual.shape)}")
+    lib = _lib(x.device) if x.device.type == "cuda" else None
+    if lib is None:
+        raise RuntimeError(f"the dense MMA kernel is unavailable: {why_unavailable() or 'not a CUDA tensor'}")
+    cfg = cfg or _DENSE_BEST.get((n, k, m_tiles(m), x.dtype, residual is not None)) or dense_default_cfg(n, k, m)
+    ch, depth, ks = cfg
+    if out is None:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    from workbench.kernels.common import use_pdl
+
+    with torch.cuda.device(x.device):
+        rc = lib.wb_dense_mma_launch(int(x.dtype == torch.bfloat16), m_tiles(m), ch, depth, ks, x.data_ptr(),
+                                     x.stride(0), w.data_ptr(), out.data_ptr(),
+                                     residual.data_ptr() if residual is not None else None, m, n, k,
+                                     int(use_pdl(x.device)), torch.cuda.current_stream(x.device).cuda_stream)
+    if rc:
+        raise RuntimeError(f"dense MMA launch failed (code {rc}; -1: no compiled variant MT={m_tiles(m)}, cfg={cfg})")
+    return out
+
+
+def dense_tune(x, w, residual=None, cfgs=None, l2_bytes: float = 128e6, timings: dict | None = None) -> tuple:
+    """Time ``cfgs`` (default :func:`dense_configs`) under CUDA-graph replay with ``w`` rotated over enough copies
+    that L2 holds none; cache the fastest (per N, K, row class, dtype, residual) and return it. Raises
+    ``RuntimeError`` when no configuration matches ``x.float() @ w.float().T`` (rounded) within 1%."""
+    from workbench.kernels.timing import fastest_config
+
+    m, k = x.shape
+    n = w.shape[0]
+    kk = (n, k, m_tiles(m), x.dtype, residual is not None)
+    if kk in _DENSE_BEST and timings is None:
+        return _DENSE_BEST[kk]
+    copies = max(1, -(-int(l2_bytes) // w.nbytes))
+    ws = [(w,)] + [(w.clone(),) for _ in range(copies - 1)]
+    ref = (x.float() @ w.float().t()).to(x.dtype)
+    if residual is not None:
+        ref = (ref.float() + residual.float()).to(x.dtype)
+    best = fastest_config(cfgs or dense_configs(n, k, m, x.device.index or 0),
+                          lambda wi, cfg: dense_gemm(x, wi[0], residual, cfg), ws, ref.float(), timings,
+                          f"dense MMA (N={n}, K={k}, M={m})")
+    _DENSE_BEST[kk] = best
+    return best
+
+
+# the dense kernel's fragment assignment: MMA j of a chunk takes words (2 j, 2 j + 1) of the lane's 16 bytes of each
+# row as its A registers {a0, a1, a2, a3} = {row gid word 2j, row gid+8 word 2j, row gid word 2j+1, row gid+8 word
+# 2j+1} and the same words of the activation row as {b0, b1} (``fa`` / ``fb`` in the source)
+DENSE_A_WORDS = ((0, 0), (1, 0), (0, 1), (1, 1))  # (row half h: gid or gid + 8, word offset within the pair)
+
+
+def dense_emulate(x: torch.Tensor, w: torch.Tensor, a_words=DENSE_A_WORDS) -> torch.Tensor:
+    """The dense kernel's data movement on the CPU: for every 16-row tile of ``w`` and 32-column chunk of K, each
+    lane ``(gid, tig)``'s 16 bytes of rows ``gid``, ``gid + 8`` and of activation row ``gid`` are placed into the
+    registers of ``mma.m16n8k16`` as the source does (``a_words``), and the MMA is evaluated by PTX's fragment
+    layout (a0: row gid, k 2 tig + e; a1: row gid + 8, same k; a2 / a3: k + 8; b0: k 2 tig + e, column gid;
+    b1: k + 8). Returns ``[M, N]`` float32 (no rounding), for the tests to compare with ``x @ w.T``."""
+    m, k = x.shape
+    n = w.shape[0]
+    xf, wf = x.float(), w.float()
+    out = torch.zeros(m, n)
+    for nt in range(0, n, 16):
+        for c0 in range(0, k, 32):
+            for j in range(2):
+                a = torch.zeros(16, 16)  # [A row, k-slot]
+                for gid in range(8):
+                    for tig in range(4):
+                        col = c0 + 8 * tig + 4 * j  # the lane's word pair 2j, 2j+1: columns col .. col + 3
+                        for reg, (h, wo) in enumerate(a_words):
+                            row = gid + 8 * (reg & 1)  # a0, a2: row gid; a1, a3: row gid + 8
+                            slot = 2 * tig + 8 * (reg >> 1)  # a0, a1: k 2 tig; a2, a3: k 2 tig + 8
+                            a[row, slot:slot + 2] = wf[nt + gid + 8 * h, col + 2 * wo:col + 2 * wo + 2]
+                for m0 in range(0, m, 8):  # one MMA per activation tile of 8 rows
+                    b = torch.zeros(16, 8)  # [k-slot, B column]
+                    for gid in range(min(8, m - m0)):
+                        for tig in range(4):
+                            col = c0 + 8 * tig + 4 * j
+                            b[2 * tig:2 * tig + 2, gid] = xf[m0 + gid, col:col + 2]
+                            b[2 * tig + 8:2 * tig + 10, gid] = xf[m0 + gid, col + 2:col + 4]
+                    d = a @ b  # [16 weight rows, 8 activation rows]
+                    out[m0:m0 + 8, nt:nt + 16] += d[:, :min(8, m - m0)].t()
+    return out

@@ -750,6 +750,123 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   return (int)e;
 }
 
+// bf16 / fp16 weights, the same few-row technique without dequantization (the verify step of k + 1 <= 9 rows and
+// small decode batches): out[M, N] = x[M, K] @ W[N, K]^T (+ res). Swap AB as above; a stage is 32 CH columns of K:
+// lane (gid, tig) copies CH 16-byte chunks of rows gid and gid + 8 (columns 32 c + 8 tig .. + 7) into its warp's
+// shared-memory ring by cp.async, and loads the same columns of its activation rows. The k-slots of MMA (c, j) map
+// to columns so that those 16 bytes ARE the fragments: slots 2 tig + e <-> column 32 c + 8 tig + 4 j + e, slots
+// 2 tig + 8 + e <-> column 32 c + 8 tig + 4 j + 2 + e (e = 0, 1), for the weight (A) and the activations (B) alike.
+// Split-K over the CTA's KS warps and the output (+ residual) as in the INT4 kernels (finish: warp order).
+template <bool BF16, int MT, int CH, int DEPTH>
+__global__ void __launch_bounds__(32 * KsMax<MT, 1>::value) dense_mma_kernel(const uint16_t* __restrict__ x, int sx,
+                                                                             const uint16_t* __restrict__ w,
+                                                                             uint16_t* __restrict__ out,
+                                                                             const uint16_t* __restrict__ res, int M,
+                                                                             int N, int K) {
+  using D = Dt<BF16>;
+  constexpr int SC = 32 * CH;      // columns per stage
+  extern __shared__ uint4 dring[];  // [warp][DEPTH][2 CH][32]
+  __shared__ float red[KsMax<MT, 1>::value * MT * 8 * 16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int NS = K / SC;
+  const int g0 = (int)(((long long)warp * NS) / ks), g1 = (int)(((long long)(warp + 1) * NS) / ks);
+  const int nbase = blockIdx.x * 16;
+  uint4* ring = dring + (size_t)warp * DEPTH * 2 * CH * 32;
+  const uint16_t* wp[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) wp[h] = w + (size_t)min(nbase + gid + 8 * h, N - 1) * K + tig * 8;
+  auto issue = [&](int slot, int st) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+        cp_async16(&ring[((size_t)slot * 2 * CH + h * CH + c) * 32 + lane], wp[h] + (size_t)st * SC + 32 * c);
+  };
+  auto load_x = [&](uint4 (&v)[MT][CH], int st) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = mt * 8 + gid;
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+        v[mt][c] = m < M ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)m * sx + (size_t)st * SC + 32 * c + tig * 8))
+                         : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d) {
+    if (g0 + d < g1) issue(d, g0 + d);
+    cp_async_commit();
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  uint4 cur[MT][CH], nx[MT][CH];
+  if (g0 < g1) load_x(cur, g0);
+  float acc[1][MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[0][mt][i] = 0.0f;
+
+  for (int base = g0; base < g1; base += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const int st = base + d;
+      if (st < g1) {
+        cp_async_wait<DEPTH - 1>();  // the oldest stage (this one) has landed
+        if (st + 1 < g1) load_x(nx, st + 1);
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+          const uint4 a0 = ring[((size_t)d * 2 * CH + c) * 32 + lane];       // row gid
+          const uint4 a1 = ring[((size_t)d * 2 * CH + CH + c) * 32 + lane];  // row gid + 8
+          const uint32_t fa[4] = {a0.x, a1.x, a0.y, a1.y}, fb[4] = {a0.z, a1.z, a0.w, a1.w};
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            D::mma(acc[0][mt], fa, cur[mt][c].x, cur[mt][c].y);
+            D::mma(acc[0][mt], fb, cur[mt][c].z, cur[mt][c].w);
+          }
+        }
+        if (st + DEPTH < g1) issue(d, st + DEPTH);  // this slot's reads are done (consumed by the MMAs above)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < CH; ++c) cur[mt][c] = nx[mt][c];
+      }
+      cp_async_commit();
+    }
+  }
+  cp_async_wait<0>();
+  finish<BF16, MT, 1>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res);
+}
+
+template <bool BF16, int MT, int CH, int DEPTH>
+int launch_dense(const void* x, int sx, const void* w, void* out, const void* res, int M, int N, int K, int ks,
+                 int pdl, cudaStream_t stream) {
+  if (ks < 1 || ks > KsMax<MT, 1>::value || K % (32 * CH)) return (int)cudaErrorInvalidValue;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((N + 15) / 16);
+  cfg.blockDim = dim3(32 * ks);
+  cfg.dynamicSmemBytes = (size_t)ks * DEPTH * 2 * CH * 32 * 16;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  constexpr size_t stat = (size_t)KsMax<MT, 1>::value * MT * 8 * 16 * 4;
+  if (cfg.dynamicSmemBytes + stat > 48 * 1024) {
+    static std::atomic<unsigned> raised{0};
+    const cudaError_t e = raise_smem(dense_mma_kernel<BF16, MT, CH, DEPTH>, raised, cfg.dynamicSmemBytes, stat);
+    if (e != cudaSuccess) return (int)e;
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, dense_mma_kernel<BF16, MT, CH, DEPTH>, (const uint16_t*)x, sx,
+                                           (const uint16_t*)w, (uint16_t*)out, (const uint16_t*)res, M, N, K);
+  if (e != cudaSuccess) cudaGetLastError();
+  return (int)e;
+}
+
 template <bool BF16, int G, int MT, int RT, int DEPTH, int XS>
 int launch_one(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
                int M, int N, int K, int ks, int pdl, cudaStream_t stream) {
@@ -858,6 +975,29 @@ extern "C" const char* wb_w4mma_wide_variants() {  // "G,MT,RT,DEPTH,WS;..."
 #define WB_WSTR(G_, MT_, RT_, D_, WS_) #G_ "," #MT_ "," #RT_ "," #D_ "," #WS_ ";"
   return WB_W4WIDE_VARIANTS(WB_WSTR);
 #undef WB_WSTR
+}
+
+// The dense kernel's variants (MT, CH, DEPTH) (wb_dense_mma_variants).
+#define WB_DENSE_VARIANTS(X)                                                                                  \
+  X(1, 2, 4) X(1, 2, 8) X(1, 4, 3) X(1, 4, 4) X(2, 2, 4) X(2, 2, 8) X(2, 4, 3) X(2, 4, 4) X(4, 2, 4) X(4, 4, 3)     \
+  X(8, 2, 4)
+
+extern "C" int wb_dense_mma_launch(int bf16, int mt, int ch, int depth, int ks, const void* x, int sx, const void* w,
+                                   void* out, const void* res, int M, int N, int K, int pdl, void* stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+#define WB_DCASE(MT_, CH_, D_)                                                                                \
+  if (mt == MT_ && ch == CH_ && depth == D_)                                                                   \
+    return bf16 ? launch_dense<true, MT_, CH_, D_>(x, sx, w, out, res, M, N, K, ks, pdl, st)                  \
+                : launch_dense<false, MT_, CH_, D_>(x, sx, w, out, res, M, N, K, ks, pdl, st);
+  WB_DENSE_VARIANTS(WB_DCASE)
+#undef WB_DCASE
+  return -1;
+}
+
+extern "C" const char* wb_dense_mma_variants() {  // "MT,CH,DEPTH;..."
+#define WB_DSTR(MT_, CH_, D_) #MT_ "," #CH_ "," #D_ ";"
+  return WB_DENSE_VARIANTS(WB_DSTR);
+#undef WB_DSTR
 }
 
 extern "C" int wb_w4mma_ks_max(int mt, int rt) {  // KsMax<MT, RT> for the loader
