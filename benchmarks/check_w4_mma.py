@@ -164,12 +164,13 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
 
 def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
     from benchmarks.bench_decode import decode_floor_ms, engine_decode_ms_per_token, verify_ms
-    from workbench.engine import Engine, int4
+    from workbench.engine import Engine, int4, weights
 
     bw, rate = floors["bw_Bps"], floors["matmul_flops"]
     prompt, steps = 64, 32
     ctx = prompt + 3 + steps / 2
     plan = [("qwen2-7b", "bf16", {}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
+            ("qwen2-7b", "bf16_cublas", {}, (2, 8, 16), (3, 5, 9)),
             ("qwen2-7b", "w4a16_mma", {"w4a16": True}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
             ("qwen2-7b", "w4a16_triton", {"w4a16": True}, (1, 8, 16, 64), (5, 9)),
             ("llama3-8b", "bf16", {}, (1, 16, 64), (9,)),
@@ -181,14 +182,16 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
     for model, impl, kw, batches, ts in plan:
         if model not in models:
             continue
-        saved = int4.MMA
+        saved, saved_dense = int4.MMA, weights.DENSE_MMA
         int4.MMA = impl != "w4a16_triton" and saved
+        weights.DENSE_MMA = impl != "bf16_cublas" and saved_dense
         try:
             t0 = time.time()
             cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
             eng = Engine.from_config(hf_config(cfg), max_batch=max(batches), max_seq=prompt + steps + 16, **kw)
             eng.set_fused_gemv(True)
             base = {"model": model, "impl": impl, "build_s": time.time() - t0, "mma_rows_tc": int4.MMA_ROWS_TC,
+                    "dense_mma": weights.DENSE_MMA, "dense_mma_rows": list(weights.DENSE_MMA_ROWS),
                     "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None}
             one = None
             for b in batches:
@@ -209,7 +212,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             out.append({"model": model, "impl": impl, "error": f"{type(e).__name__}: {e}"[:400],
                         "tb": traceback.format_exc()[-1500:]})
         finally:
-            int4.MMA = saved
+            int4.MMA, weights.DENSE_MMA = saved, saved_dense
             eng = None
             gc.collect()
             torch.cuda.empty_cache()

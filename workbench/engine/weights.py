@@ -20,20 +20,64 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from workbench.engine.int4 import Int4Linear, quantize_rtn_int4
+from workbench.engine.int4 import Int4Linear, quantize_rtn_int4, tristate_env
 from workbench.engine.runtime import InputScaled, fuse_params, quant_matmul, quant_params_of
 
 QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model's Linears run (weights_from_hf)
 
 
+# few-row calls of bf16 / fp16 weights on CUDA go to the hand-written tensor-core kernel
+# (workbench.kernels.w4a16_mma.dense_gemm) for DENSE_MMA_ROWS = (lo, hi) token rows, where its library builds and the
+# weight's shape is one it takes; everything else is cuBLAS (F.linear). DENSE_MMA: True / False / "auto" (on where
+# available); WORKBENCH_DENSE_MMA ("0", "1", "auto"), read at import, overrides it.
+DENSE_MMA: bool | str = tristate_env("WORKBENCH_DENSE_MMA")
+DENSE_MMA_ROWS = (2, 16)
+
+
 class Dense:
-    """``y = x @ w.T`` for ``w`` ``[out, in]``."""
+    """``y = x @ w.T`` for ``w`` ``[out, in]``: cuBLAS, or for :data:`DENSE_MMA_ROWS` rows on CUDA the dense MMA
+    kernel (:data:`DENSE_MMA`; its configuration tuned once per shape and row class, outside graph capture)."""
 
     def __init__(self, w: torch.Tensor):
         self.w = w
+        self._mma: bool | None = None  # the kernel takes this weight here (decided at the first few-row call)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        m = x.numel() // max(1, x.shape[-1])
+        if DENSE_MMA and DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1] and x.is_cuda and x.dtype == self.w.dtype:
+            if self._mma is None:
+                self._mma = self._mma_applies()
+            if self._mma:
+                return self._mma_call(x.reshape(m, x.shape[-1])).reshape(*x.shape[:-1], self.w.shape[0])
         return F.linear(x, self.w)
+
+    def _mma_applies(self) -> bool:
+        from workbench.kernels import w4a16_mma as mm
+
+        n, k = self.w.shape
+        return (self.w.is_cuda and self.w.is_contiguous() and mm.dense_supported(n, k, self.w.dtype)
+                and mm.available(self.w.device))
+
+    def _mma_call(self, x: torch.Tensor) -> torch.Tensor:
+        from workbench.kernels import w4a16_mma as mm
+
+        n, k = self.w.shape
+        cfg = mm._DENSE_BEST.get((n, k, mm.m_tiles(x.shape[0]), x.dtype, False))
+        if cfg is None and not torch.cuda.is_current_stream_capturing():
+            cfg = mm.dense_tune(x.contiguous(), self.w)
+        return mm.dense_gemm(x, self.w, None, cfg)
+
+    def warmup(self, max_m: int = 4) -> None:
+        """Tune the dense MMA kernel now for each row class (2..8, 9..16 rows) of :data:`DENSE_MMA_ROWS` up to
+        ``max_m`` rows, outside graph capture. No-op off CUDA or where the kernel is off or does not apply."""
+        if not DENSE_MMA or not self.w.is_cuda:
+            return
+        for m in (2, 9, 17, 33):
+            if DENSE_MMA_ROWS[0] <= m <= min(max_m, DENSE_MMA_ROWS[1]):
+                if self._mma is None:
+                    self._mma = self._mma_applies()
+                if self._mma:
+                    self._mma_call(torch.randn(m, self.w.shape[1], device=self.w.device, dtype=self.w.dtype))
 
     def nbytes(self) -> int:
         return self.w.numel() * self.w.element_size()
