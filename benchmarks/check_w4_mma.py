@@ -16,8 +16,11 @@ by side with the other kernels, and engine steps.
     Llama-3-8B at batch 1 / 16 / 64, SmolLM2-135M g64 at batch 1 / 8): bf16, W4A16 RTN with the MMA kernel, and
     W4A16 with the Triton kernels (``int4.MMA = False``); floors as ``bench_decode.decode_floor_ms``.
 
+(e) ``spec``: synthetic-acceptance speculative decoding (``benchmarks.bench_spec``), Qwen2-7B bf16 and W4A16
+    targets, Qwen2-0.5B draft, alpha 0.6 / 0.8 / 0.9, k 4 / 8: realized vs theoretical speedup.
+
 Run on the H200: ``python3 -m benchmarks.check_w4_mma --out $OUT/w4mma`` (parts: ``--parts build,check,layers,
-engine``). Exits 1 if a correctness check fails (after writing the JSON).
+engine,spec``; default the first four). Exits 1 if a correctness check fails (after writing the JSON).
 """
 
 from __future__ import annotations
@@ -170,7 +173,6 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
     prompt, steps = 64, 32
     ctx = prompt + 3 + steps / 2
     plan = [("qwen2-7b", "bf16", {}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
-            ("qwen2-7b", "bf16_cublas", {}, (2, 8, 16), (3, 5, 9)),
             ("qwen2-7b", "w4a16_mma", {"w4a16": True}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
             ("qwen2-7b", "w4a16_triton", {"w4a16": True}, (1, 8, 16, 64), (5, 9)),
             ("llama3-8b", "bf16", {}, (1, 16, 64), (9,)),
@@ -184,7 +186,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             continue
         saved, saved_dense = int4.MMA, weights.DENSE_MMA
         int4.MMA = impl != "w4a16_triton" and saved
-        weights.DENSE_MMA = impl != "bf16_cublas" and saved_dense
+        weights.DENSE_MMA = True if impl == "bf16_dense" else saved_dense
         try:
             t0 = time.time()
             cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
@@ -216,6 +218,30 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             eng = None
             gc.collect()
             torch.cuda.empty_cache()
+    return out
+
+
+def part_spec(dev, alphas=(0.6, 0.8, 0.9), ks=(4, 8)) -> list:
+    """Synthetic-acceptance speculative decoding (``benchmarks.bench_spec``): Qwen2-7B target, bf16 and W4A16
+    (RTN g128, the engine's default kernels), Qwen2-0.5B draft (bf16), realized vs theoretical speedup."""
+    from benchmarks.bench_spec import bench_spec
+    from benchmarks.common import QWEN2_0_5B
+    from workbench.engine import Engine
+
+    out = []
+    draft = None
+    for impl, kw in (("bf16", {}), ("w4a16", {"w4a16": True})):
+        try:
+            target = Engine.from_config(hf_config(CONFIGS["qwen2-7b"]), max_batch=1, max_seq=640, **kw)
+            if draft is None:
+                draft = Engine.from_config({**QWEN2_0_5B, "vocab_size": target.vocab_size}, max_batch=1,
+                                           max_seq=640)
+            out += [{"target": impl, **r} for r in bench_spec(target, draft, alphas=alphas, ks=ks, n_tokens=160)]
+        except Exception as e:  # noqa: BLE001
+            out.append({"target": impl, "error": f"{type(e).__name__}: {e}"[:400]})
+        target = None
+        gc.collect()
+        torch.cuda.empty_cache()
     return out
 
 
@@ -290,6 +316,18 @@ def main() -> int:
             print(f"  {r['model']:10s} {r['impl']:13s} {what:5s} {r.get('ms', float('nan')):7.3f} ms "
                   f"x{r.get('x_floor', float('nan')):.2f} {r.get('x_decode_b1') or ''} {r.get('error', '')}",
                   flush=True)
+    if "spec" in parts:
+        t = time.time()
+        res["spec"] = part_spec(dev)
+        res["spec_s"] = time.time() - t
+        save()
+        for r in res["spec"]:
+            if "error" in r:
+                print("  spec", r, flush=True)
+            else:
+                print(f"  spec {r['target']:6s} alpha={r['alpha']:.1f} k={r['k']} c={r['c']:.3f} verify={r['verify_cost']:.3f}"
+                      f" realized={r['realized_speedup']:.3f} theory={r['theoretical_speedup']:.3f} "
+                      f"ratio={r['ratio']:.3f}", flush=True)
     save()
     return 0 if ok else 1
 

@@ -188,7 +188,7 @@ class _Weights:
 
 @pytest.mark.parametrize("group", [64, 128])
 def test_which_rows_take_the_mma_kernel_and_the_fused_path_default(group):
-    # routing as measured on the H200: G = 128 (the Triton tensor-core GEMM takes it) 1..8 rows, one-row steps
+    # routing as measured on the H200: G = 128 (the Triton tensor-core GEMM takes it) 1..16 rows, one-row steps
     # unfused; G = 64 2..64 rows, one row on the fused CUDA-core GEMV (so one-row steps stay fused)
     from workbench.engine import dispatch
 

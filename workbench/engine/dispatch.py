@@ -21,7 +21,7 @@ power of two >= 32,
 not a multiple of 128)
 =====================  ==========================================  ===========================================
 
-Where the CUDA W4A16 kernel applies (:mod:`workbench.kernels.w4a16_mma`, ``Int4Linear.mma``) it takes 1..8 rows of a
+Where the CUDA W4A16 kernel applies (:mod:`workbench.kernels.w4a16_mma`, ``Int4Linear.mma``) it takes 1..16 rows of a
 weight the tensor-core GEMM takes (G = 128, ...) and 2..64 rows of one it does not (G = 64; one row stays on the fused
 CUDA-core GEMV there): the engine then runs RMSNorm / SwiGLU and the qkv RoPE + KV write as their own kernels
 before and after it (it has a residual epilogue only), and one-row steps of a G = 128 model take the unfused path

@@ -28,10 +28,10 @@ Backends for ``y = x @ w_hat.T``:
   for one row (:meth:`fused`, :func:`workbench.kernels.w4a16.gemv_fused`; each fused variant tuned as itself,
   up front when the engine turns its fused path on, :func:`workbench.engine.dispatch.build`).
 * the CUDA kernel of :mod:`workbench.kernels.w4a16_mma` (hand-written tensor-core W4A16 GEMM, built with
-  ``nvcc`` at first use) takes 1..``MMA_ROWS_TC`` (= 8) rows of every ``"triton"`` backend where it applies (bf16 /
+  ``nvcc`` at first use) takes 1..``MMA_ROWS_TC`` (= 16) rows of every ``"triton"`` backend where it applies (bf16 /
   fp16, group 64 / 128 / 256, integer zeros), and 2..64 rows of a weight the Triton tensor-core GEMM does not take:
   plain calls and the residual epilogue (prologues and the RoPE epilogue as their own kernels). On the H200 it is
-  the fastest INT4 kernel here at 1..8 rows (:data:`MMA`, ``WORKBENCH_INT4_MMA``).
+  the fastest INT4 kernel here at 1..16 rows (:data:`MMA`, ``WORKBENCH_INT4_MMA``).
 * ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
   (``"tinygemm"``, ``"gemlite"``, ``"dequant"`` or ``"rows"``) for more rows (prefill).
 * ``"triton:dequant"`` (the CUDA default) -- more rows than the small kernel takes (prefill) dequantize the
@@ -94,13 +94,13 @@ def _mma_from_env() -> bool | str:
 
 MMA: bool | str = _mma_from_env()
 # rows up to which the MMA kernel is used where the Triton tensor-core GEMM also takes the weight (more rows go to
-# that GEMM): on the H200 the MMA kernel was the fastest INT4 kernel on every Qwen2-7B / Llama-3-8B matmul up to
-# M = 8 and not faster than the Triton GEMM at M = 32 and 64; at M = 16 faster per matmul (default Triton
-# configuration) but, with the first version of the kernel, the engine's batch-16 step was slower with it, 4.198 vs
-# 3.735 ms (Qwen2-7B; benchmarks/results/h200_2026-12-01e/, benchmarks/RESULTS.md). With 1..8 rows here the final
-# code measured batch 1 / 8 at 2.507 / 2.737 ms against 2.601 / 3.451 through the Triton kernels.
+# that GEMM). H200, Qwen2-7B (benchmarks/results/h200_2026-12-03/, benchmarks/RESULTS.md): per layer (four matmuls,
+# tuned MMA configurations) the MMA kernel took 64.3 / 95.2 / 156.2 / 283.1 us at M = 8 / 16 / 32 / 64 against the
+# Triton GEMM's (default configuration) 122.4 / 137.7 / 151.1 / 263.0; engine steps with every row count <= 64 on
+# the MMA kernel: batch 16 3.507 ms (Triton path 3.758), batch 32 5.269 (4.832 with 8 here), batch 64 10.692
+# (8.562). So 16: the MMA kernel where it won the engine step, the Triton GEMM from 17 rows.
 # WORKBENCH_INT4_MMA_ROWS_TC (an integer 0..64), read at import, overrides it.
-MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 8)
+MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 16)
 if not 0 <= MMA_ROWS_TC <= 64:
     raise ValueError(f"WORKBENCH_INT4_MMA_ROWS_TC={MMA_ROWS_TC}: set it to 0..64 (or unset it)")
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take

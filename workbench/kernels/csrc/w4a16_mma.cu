@@ -950,10 +950,8 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
 // (cp.async, G >= 128), 0 a register ring; the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
 #define WB_W4WIDE_VARIANTS(X)                                                                                 \
   X(64, 2, 1, 2, 0) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0)                                                       \
-  X(128, 2, 1, 2, 0) X(128, 8, 1, 2, 0)                                                                       \
-  X(128, 2, 1, 4, 1) X(128, 2, 1, 6, 1) X(128, 2, 2, 4, 1) X(128, 4, 1, 4, 1) X(128, 4, 1, 6, 1)              \
-  X(128, 8, 1, 3, 1) X(128, 8, 1, 4, 1) X(128, 8, 1, 6, 1)                                                    \
-  X(256, 4, 1, 4, 1) X(256, 8, 1, 3, 1)
+  X(128, 2, 1, 4, 1) X(128, 4, 1, 4, 1) X(128, 8, 1, 2, 0) X(128, 8, 1, 3, 1)                                 \
+  X(256, 8, 1, 3, 1)
 
 extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int wsm, int w, int split,
                                     const void* x,
