@@ -241,8 +241,7 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
 #pragma unroll
           for (int r = 0; r < RT; ++r) D::mma(part[r][mt], a[r][p], xv[0][p], xv[1][p]);
       }
-      continue;
-    }
+    } else {
     uint32_t xv[MT][2][XW];  // chunks 2B, 2B + 1 (XS: from the ring)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -278,6 +277,7 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
         for (int mt = 0; mt < MT; ++mt) D::mma(part[r][mt], a, xv[mt][0][p], xv[mt][1][p]);
       }
     }
+    }  // !SM
   }
 #pragma unroll
   for (int r = 0; r < RT; ++r) {
