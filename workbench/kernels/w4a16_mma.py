@@ -28,6 +28,23 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   dependent launch (the first groups' weights are loaded before ``griddepcontrol.wait``); the weight ring lives in
   registers, or (``XS = 2``) in a per-warp shared-memory ring filled by ``cp.async``.
 
+* **the wide kernel** (``XS`` >= :data:`WIDE`; configurations ``(RT, DEPTH, XS, W, SPLIT)``): the split kernels
+  give each CTA one tile of weight rows, so every CTA reads all of x (at 64 rows 16x the weight bytes, from L2).
+  Here a CTA's ``W`` warps take ``W`` adjacent row tiles and share one copy of each group's activations, staged into
+  shared memory by ``cp.async`` (``DEPTH`` groups in flight; the weights in a register ring, or with ``XS = 4`` in a
+  per-warp ``cp.async`` ring); K is split across ``SPLIT`` CTAs, whose float32 partials go to a workspace and are
+  summed, in split order, by the CTA that arrives last at its column tile's counter (the serial "fixup" of
+  stream-K, Osama et al. 2023, arXiv 2301.03598: deterministic). It is one more set of configurations the tuner
+  times; on the H200 it won only at 64 rows of the large matrices (gate_up 131-136 us against the split kernels'
+  245), still far from cuBLAS bf16 (71 us): ncu shows 12.5% theoretical occupancy (shared memory and registers) and
+  0.37 instructions issued per scheduler-cycle, and one pipeline stage is ~500 instructions per 64 MMAs
+  (``benchmarks/results/h200_2026-12-03/``).
+* **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
+  and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
+  fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
+  at 2..8 rows, slower from 16; the engine keeps cuBLAS unless ``WORKBENCH_DENSE_MMA=1``
+  (:data:`workbench.engine.weights.DENSE_MMA`).
+
 Measured on the H200 (``benchmarks/RESULTS.md``, late-night section): the fastest INT4 kernel here at 1..16 rows
 per layer (Qwen2-7B, one layer's four matmuls: 57.8 us at one row against the Triton GEMV's 65.2 and the 4-bit
 floor's 26.8; 64.9 at eight rows), but still about 2.2x its floor at one row (ncu: DRAM 45% busy, occupancy limited
