@@ -291,3 +291,36 @@ def test_cuda_dense_gemm_matches_reference_for_every_config(dtype):
                 y = mm.dense_gemm(x, w, r, cfg).float()
                 assert float((y - ref.float()).norm() / ref.float().norm()) < 5e-3, (m, cfg, r is not None)
                 assert torch.equal(y, mm.dense_gemm(x, w, r, cfg).float())
+
+
+def test_dense_routing_is_off_by_default_and_cpu_calls_stay_on_linear(monkeypatch):
+    # the engine keeps cuBLAS for bf16 unless WORKBENCH_DENSE_MMA says otherwise (measured: no engine gain); with it
+    # on, a CPU call (or a row count outside DENSE_MMA_ROWS) still runs F.linear and never asks for the library
+    import os
+
+    from workbench.engine import weights
+
+    if not os.environ.get("WORKBENCH_DENSE_MMA", "").strip():
+        assert weights.DENSE_MMA is False
+    monkeypatch.setattr(weights, "DENSE_MMA", True)
+    w = torch.randn(32, 64)
+    lin = weights.Dense(w)
+    x = torch.randn(4, 64)
+    assert torch.equal(lin(x), x @ w.t()) and lin._mma is None
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
+    from workbench.engine import weights
+
+    if not mm.available("cuda"):
+        pytest.skip(mm.why_unavailable())
+    monkeypatch.setattr(weights, "DENSE_MMA", True)
+    w = (torch.randn(256, 512, device="cuda") * 0.05).to(torch.bfloat16)
+    lin = weights.Dense(w)
+    for m in (1, 3, 9, 17):
+        x = torch.randn(2, m, 512, device="cuda").to(torch.bfloat16)[:1]  # [1, m, K]: leading dims kept
+        y, ref = lin(x), torch.nn.functional.linear(x, w)
+        assert y.shape == ref.shape
+        assert float((y.float() - ref.float()).norm() / ref.float().norm()) < 5e-3
+    assert lin._mma is True

@@ -66,7 +66,7 @@ class Dense:
         from workbench.kernels import w4a16_mma as mm
 
         n, k = self.w.shape
-        cfg = mm._DENSE_BEST.get((n, k, mm.m_tiles(x.shape[0]), x.dtype, False))
+        cfg = mm._DENSE_BEST.get(mm.dense_key(n, k, x.shape[0], x.dtype, False))
         if cfg is None and not torch.cuda.is_current_stream_capturing():
             cfg = mm.dense_tune(x.contiguous(), self.w)
         return mm.dense_gemm(x, self.w, None, cfg)

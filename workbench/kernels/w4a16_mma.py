@@ -189,18 +189,19 @@ def why_unavailable() -> str:
 
 @functools.cache
 def source_variants() -> tuple:
-    """``(G, MT, RT, DEPTH, XS)`` tuples the source instantiates (its ``WB_W4MMA_VARIANTS`` list), read from
-    ``csrc/w4a16_mma.cu`` without compiling it."""
+    """``(G, MT, RT, DEPTH, XS)`` tuples the source instantiates (its ``WB_W4MMA_VARIANTS`` list, and
+    ``WB_W4WIDE_VARIANTS`` with ``XS = WIDE + WS``), read from ``csrc/w4a16_mma.cu`` without compiling it."""
+    return _listed("WB_W4MMA_VARIANTS") + tuple(v[:4] + (WIDE + v[4],) for v in _listed("WB_W4WIDE_VARIANTS"))
+
+
+def _listed(macro: str) -> tuple:
+    """The ``X(...)`` tuples of variant-list macro ``macro`` in the source (read, not compiled)."""
     import re
 
     txt = SRC.read_text()
-
-    def listed(macro):
-        body = txt[txt.index(f"#define {macro}"):]
-        body = body[:body.index("\n\n")]
-        return [tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", ""))]
-
-    return tuple(listed("WB_W4MMA_VARIANTS")) + tuple(v[:4] + (WIDE + v[4],) for v in listed("WB_W4WIDE_VARIANTS"))
+    body = txt[txt.index(f"#define {macro}"):]
+    body = body[:body.index("\n\n")]
+    return tuple(tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
 
 
 @functools.cache
@@ -477,12 +478,7 @@ def dense_variants(device_index: int = 0) -> tuple:
 @functools.cache
 def dense_source_variants() -> tuple:
     """``(MT, CH, DEPTH)`` tuples the source instantiates (``WB_DENSE_VARIANTS``), read without compiling."""
-    import re
-
-    txt = SRC.read_text()
-    body = txt[txt.index("#define WB_DENSE_VARIANTS"):]
-    body = body[:body.index("\n\n")]
-    return tuple(tuple(int(v) for v in s.split(",")) for s in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
+    return _listed("WB_DENSE_VARIANTS")
 
 
 def dense_supported(n: int, k: int, dtype: torch.dtype) -> bool:
@@ -508,6 +504,11 @@ def dense_default_cfg(n: int, k: int, m: int, sms: int = 132) -> tuple:
     while (n // 16) * ks < 24 * sms and 2 * ks <= ks_max(mt, 1) and 2 * ks <= k // (32 * ch):
         ks *= 2
     return (ch, depth, ks)
+
+
+def dense_key(n: int, k: int, m: int, dtype: torch.dtype, has_residual: bool) -> tuple:
+    """The tuning-cache key of a dense call: shape, row class (``MT``), dtype, residual epilogue."""
+    return (n, k, m_tiles(m), dtype, bool(has_residual))
 
 
 def dense_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None, cfg: tuple | None = None,
@@ -536,7 +537,7 @@ def dense_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None =
     lib = _lib(x.device) if x.device.type == "cuda" else None
     if lib is None:
         raise RuntimeError(f"the dense MMA kernel is unavailable: {why_unavailable() or 'not a CUDA tensor'}")
-    cfg = cfg or _DENSE_BEST.get((n, k, m_tiles(m), x.dtype, residual is not None)) or dense_default_cfg(n, k, m)
+    cfg = cfg or _DENSE_BEST.get(dense_key(n, k, m, x.dtype, residual is not None)) or dense_default_cfg(n, k, m)
     ch, depth, ks = cfg
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
@@ -560,7 +561,7 @@ def dense_tune(x, w, residual=None, cfgs=None, l2_bytes: float = 128e6, timings:
 
     m, k = x.shape
     n = w.shape[0]
-    kk = (n, k, m_tiles(m), x.dtype, residual is not None)
+    kk = dense_key(n, k, m, x.dtype, residual is not None)
     if kk in _DENSE_BEST and timings is None:
         return _DENSE_BEST[kk]
     copies = max(1, -(-int(l2_bytes) // w.nbytes))

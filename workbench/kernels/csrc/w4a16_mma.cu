@@ -886,24 +886,10 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
     constexpr int C = RT * 2 * (G / 128);
     const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
     constexpr size_t stat = (size_t)KsMax<MT, RT>::value * MT * 8 * RT * 16 * 4;  // the reduction slices
-    if (smem + stat > 48 * 1024) {
-      // the dynamic shared-memory limit is a per-device function attribute: raise it once per device (a race
-      // between host threads only repeats the same idempotent call)
+    if (smem + stat > 48 * 1024) {  // the dynamic shared-memory limit is a per-device function attribute
       static std::atomic<unsigned> raised{0};
-      int dev = 0, optin = 0;
-      e = cudaGetDevice(&dev);
-      if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-      if (e == cudaSuccess && smem + stat > (size_t)optin) e = cudaErrorInvalidValue;
-      const unsigned bit = 1u << (dev & 31);
-      if (e == cudaSuccess && !(raised.load() & bit)) {
-        e = cudaFuncSetAttribute(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)stat);
-        if (e == cudaSuccess) raised.fetch_or(bit);
-      }
-      if (e != cudaSuccess) {
-        cudaGetLastError();  // leave no pending error for the next (torch) launch to report
-        return (int)e;
-      }
+      e = raise_smem(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, raised, smem, stat);
+      if (e != cudaSuccess) return (int)e;
     }
     cfg.dynamicSmemBytes = smem;
     e = cudaLaunchKernelEx(&cfg, w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, (const uint16_t*)x, sx,
