@@ -184,9 +184,8 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
     for model, impl, kw, batches, ts in plan:
         if model not in models:
             continue
-        saved, saved_dense = int4.MMA, weights.DENSE_MMA
+        saved = int4.MMA
         int4.MMA = impl != "w4a16_triton" and saved
-        weights.DENSE_MMA = True if impl == "bf16_dense" else saved_dense
         try:
             t0 = time.time()
             cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
@@ -214,7 +213,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             out.append({"model": model, "impl": impl, "error": f"{type(e).__name__}: {e}"[:400],
                         "tb": traceback.format_exc()[-1500:]})
         finally:
-            int4.MMA, weights.DENSE_MMA = saved, saved_dense
+            int4.MMA = saved
             eng = None
             gc.collect()
             torch.cuda.empty_cache()

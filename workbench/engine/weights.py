@@ -76,12 +76,9 @@ class Dense:
         ``max_m`` rows, outside graph capture. No-op off CUDA or where the kernel is off or does not apply."""
         if not DENSE_MMA or not self.w.is_cuda:
             return
-        for m in (2, 9, 17, 33):
+        for m in (2, 9, 17, 33):  # one call per row class: __call__ decides whether the kernel applies and tunes it
             if DENSE_MMA_ROWS[0] <= m <= min(max_m, DENSE_MMA_ROWS[1]):
-                if self._mma is None:
-                    self._mma = self._mma_applies()
-                if self._mma:
-                    self._mma_call(torch.randn(m, self.w.shape[1], device=self.w.device, dtype=self.w.dtype))
+                self(torch.randn(m, self.w.shape[1], device=self.w.device, dtype=self.w.dtype))
 
     def nbytes(self) -> int:
         return self.w.numel() * self.w.element_size()

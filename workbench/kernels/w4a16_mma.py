@@ -194,6 +194,11 @@ def source_variants() -> tuple:
     return _listed("WB_W4MMA_VARIANTS") + tuple(v[:4] + (WIDE + v[4],) for v in _listed("WB_W4WIDE_VARIANTS"))
 
 
+def _tuples(listing: bytes) -> tuple:
+    """A library's variant listing (``b"a,b,c;d,e,f;"``) as integer tuples."""
+    return tuple(tuple(int(v) for v in item.split(",")) for item in listing.decode().split(";") if item)
+
+
 def _listed(macro: str) -> tuple:
     """The ``X(...)`` tuples of variant-list macro ``macro`` in the source (read, not compiled)."""
     import re
@@ -210,13 +215,8 @@ def variants(device_index: int = 0) -> tuple:
     lib = _lib(torch.device("cuda", device_index))
     if lib is None:
         return ()
-    txt = lib.wb_w4mma_variants().decode()
-    out = tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
-    wide = lib.wb_w4mma_wide_variants().decode()
-    for item in wide.split(";"):
-        if item:
-            g, mt, rt, depth, wsm = (int(v) for v in item.split(","))
-            out += ((g, mt, rt, depth, WIDE + wsm),)
+    out = _tuples(lib.wb_w4mma_variants())
+    out += tuple((g, mt, rt, depth, WIDE + wsm) for g, mt, rt, depth, wsm in _tuples(lib.wb_w4mma_wide_variants()))
     lib.wb_w4mma_ks_max.restype = ctypes.c_int
     for _g, mt, rt, _d, xs in out:  # the Python bound must be the kernel's
         if xs >= WIDE:
@@ -266,8 +266,7 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
         if xs >= WIDE:
             for w in WIDE_WARPS:
                 tiles = -(-n // (16 * rt * w))
-                out += [(rt, depth, xs, w, sp) for sp in WIDE_SPLITS
-                        if sp <= ng and (sp == 1 or tiles <= SEM_LEN) and tiles * sp <= 16 * 132]
+                out += [(rt, depth, xs, w, sp) for sp in WIDE_SPLITS if sp <= ng and tiles * sp <= 16 * 132]
             continue
         for ks in KS_CHOICES:
             if ks <= ng and ks <= ks_max(mt, rt):
@@ -340,12 +339,12 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     with torch.cuda.device(x.device):  # the launch goes to the current device
         if xs >= WIDE:
             split = cfg[4] if len(cfg) > 4 else 1
-            ws = torch.empty(split * m * n if split > 1 else 0, dtype=torch.float32, device=x.device)
+            ws = torch.empty(split * m * n, dtype=torch.float32, device=x.device) if split > 1 else None
             sem = _sem(x.device) if split > 1 else None
             rc = lib.wb_w4mma_wide_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs - WIDE,
                                           ks, split,
                                           x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
-                                          out.data_ptr(), res_ptr, m, n, k, ws.data_ptr() if split > 1 else None,
+                                          out.data_ptr(), res_ptr, m, n, k, ws.data_ptr() if ws is not None else None,
                                           sem.data_ptr() if sem is not None else None, SEM_LEN,
                                           int(use_pdl(x.device)), stream)
         else:
@@ -471,8 +470,7 @@ def dense_variants(device_index: int = 0) -> tuple:
     lib = _lib(torch.device("cuda", device_index))
     if lib is None:
         return ()
-    txt = lib.wb_dense_mma_variants().decode()
-    return tuple(tuple(int(v) for v in item.split(",")) for item in txt.split(";") if item)
+    return _tuples(lib.wb_dense_mma_variants())
 
 
 @functools.cache
@@ -534,6 +532,8 @@ def dense_gemm(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None =
     if residual is not None and (residual.shape != (m, n) or residual.dtype != x.dtype
                                  or not residual.is_contiguous()):
         raise ValueError(f"residual must be contiguous {x.dtype} [{m}, {n}], got {tuple(residual.shape)}")
+    if out is not None and (out.shape != (m, n) or out.dtype != x.dtype or not out.is_contiguous()):
+        raise ValueError(f"out must be contiguous {x.dtype} [{m}, {n}], got {tuple(out.shape)} {out.dtype}")
     lib = _lib(x.device) if x.device.type == "cuda" else None
     if lib is None:
         raise RuntimeError(f"the dense MMA kernel is unavailable: {why_unavailable() or 'not a CUDA tensor'}")
