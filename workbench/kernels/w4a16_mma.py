@@ -32,7 +32,11 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   give each CTA one tile of weight rows, so every CTA reads all of x (at 64 rows 16x the weight bytes, from L2).
   Here a CTA's ``W`` warps take ``W`` adjacent row tiles and share one copy of each group's activations, staged into
   shared memory by ``cp.async`` (``DEPTH`` groups in flight; the weights in a register ring, or with ``XS = 4`` in a
-  per-warp ``cp.async`` ring); K is split across ``SPLIT`` CTAs, whose float32 partials go to a workspace and are
+  per-warp ``cp.async`` ring; with ``XS - WIDE`` bit :data:`WIDE_PRESCALED`, *prescaled*: the dequantized weight
+  is rounded to x's dtype once, ``dtype((q - zero) * scale)`` by one more packed multiply, as Marlin does, and the
+  MMAs accumulate straight into the output fragments, so no per-group float32 partial is kept: half the
+  accumulator registers, which lets two CTAs share an SM; :func:`emulate` with ``prescale=True``); K is split
+  across ``SPLIT`` CTAs, whose float32 partials go to a workspace and are
   summed, in split order, by the CTA that arrives last at its column tile's counter (the serial "fixup" of
   stream-K, Osama et al. 2023, arXiv 2301.03598: deterministic). It is one more set of configurations the tuner
   times; on the H200 it won only at 64 rows of the large matrices (gate_up 131-136 us against the split kernels'
@@ -78,7 +82,8 @@ SRC = Path(__file__).with_name("csrc") / "w4a16_mma.cu"
 ROWS_MAX = 64
 GROUPS = (64, 128, 256)
 KS_CHOICES = (1, 2, 4, 8, 16)  # warps per CTA splitting K
-WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configurations; XS = 4 its weights via shared memory
+WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configurations; XS - WIDE is its WS field:
+WIDE_SMEM, WIDE_PRESCALED = 1, 2  # bit 0: weights via shared memory; bit 1: prescaled (w_hat rounded to x's dtype)
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
@@ -421,13 +426,15 @@ def _bf16_bits_to_float(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         (bits.to(torch.int32) << 16).view(torch.float32))
 
 
-def emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
+def emulate(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> torch.Tensor:
     """The kernel's arithmetic on the CPU, step by step as ``csrc/w4a16_mma.cu`` does it: for each group and
     MMA ``(B, p)``, the lane's words are gathered by ``prmt`` (selector ``B * 0x1111 + 0x4400``), nibble pairs
     ORed under the exponent bits (``lop3``, before and after a 4-bit shift), ``base + zero`` subtracted in x's
     dtype, the products with the activations at :func:`slot_columns` summed in float32 per group, scaled,
-    accumulated; then HF's rounding (and residual). Returns ``[M, N]`` float32, for the tests to compare with
-    :func:`reference`."""
+    accumulated; then HF's rounding (and residual). ``prescale``: the wide kernel's prescaled variants
+    (:data:`WIDE_PRESCALED`): ``q - zero`` is multiplied by the scale in x's dtype (round to nearest) and the
+    products accumulate in float32 without a per-group partial. Returns ``[M, N]`` float32, for the tests to
+    compare with :func:`reference`."""
     m, k = x.shape
     n = qw.shape[0]
     wb, wpl = group // 8, group // 32
@@ -450,9 +457,12 @@ def emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
                         v = (tt & 0x000F000F) | magic  # lop3 0xEA
                         lo = _bf16_bits_to_float(v & 0xFFFF, x.dtype) - c  # k-slot 2 tig (+8 for half 1)
                         hi = _bf16_bits_to_float(v >> 16, x.dtype) - c  # k-slot 2 tig + 1 (+8)
+                        if prescale:  # hmul2: one rounding of the exact (q - zero) * scale
+                            lo = (lo * s[g].float()).to(x.dtype).float()
+                            hi = (hi * s[g].float()).to(x.dtype).float()
                         xc = x[:, g * group + cols[tig, b, p, half]].float()  # [M, 2]
                         part += xc[:, :1] * lo[None, :] + xc[:, 1:] * hi[None, :]
-        acc += part * s[g].float()[None, :]
+        acc += part if prescale else part * s[g].float()[None, :]
     y = acc.to(x.dtype)
     if residual is not None:
         y = (y.float() + residual.float()).to(x.dtype)

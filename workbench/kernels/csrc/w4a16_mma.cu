@@ -46,6 +46,10 @@ struct Dt<true> {
     __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
     return *reinterpret_cast<uint32_t*>(&r);
   }
+  static __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {  // round-to-nearest product
+    __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};"
@@ -66,6 +70,10 @@ struct Dt<false> {
   }
   static __device__ __forceinline__ uint32_t sub2(uint32_t a, uint32_t b) {
     __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  static __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {  // round-to-nearest product
+    __half2 r = __hmul2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
     return *reinterpret_cast<uint32_t*>(&r);
   }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -196,25 +204,38 @@ __device__ __forceinline__ void ld_xs(uint32_t (&v)[XW], const uint16_t* p) {
   }
 }
 
-template <bool BF16, int G, int MT, int RT, bool XS, bool SM = false>
+// PS (prescaled): the dequantized weight is rounded to x's dtype once, w_hat = dtype((q - zero) * scale) (one packed
+// multiply after the subtraction, as Marlin does), and the MMAs accumulate into acc directly: no per-group float32
+// partial, half the accumulator registers, no per-group scaling. Otherwise the partial keeps w_hat exact.
+template <bool BF16, int G, int MT, int RT, bool XS, bool SM = false, bool PS = false>
 __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&acc)[RT][MT][4],
                                         const uint16_t* __restrict__ x, int sx, int M, int grp, int gid, int tig) {
   using D = Dt<BF16>;
   constexpr int WPL = G / 32, NP = WPL / 2, XW = WPL / 2;
-  float part[RT][MT][4];
-  uint32_t c[RT][2];
+  float part_[PS ? 1 : RT][PS ? 1 : MT][4];
+  float(&part)[RT][MT][4] = *reinterpret_cast<float(*)[RT][MT][4]>(PS ? &acc[0][0][0] : &part_[0][0][0]);
+  uint32_t c[RT][2], sc[RT][2];
 #pragma unroll
   for (int r = 0; r < RT; ++r) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint16_t cz = D::from_f(D::to_f(st.z[r][h]) + D::BASE);  // base + zero: exact (integer zero)
       c[r][h] = (uint32_t)cz | ((uint32_t)cz << 16);
+      sc[r][h] = (uint32_t)st.s[r][h] | ((uint32_t)st.s[r][h] << 16);
     }
+    if constexpr (!PS) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) part[r][mt][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) part[r][mt][i] = 0.0f;
+    }
   }
+  // q - zero (exact), times the scale when prescaled
+  auto dq = [&](uint32_t v, int r, int h) -> uint32_t {
+    const uint32_t d = D::sub2(v, c[r][h]);
+    if constexpr (PS) return D::mul2(d, sc[r][h]);
+    return d;
+  };
 #pragma unroll
   for (int B = 0; B < 4; ++B) {
     if constexpr (SM) {  // dequantize byte B's fragments first, then one activation tile at a time (fewer registers)
@@ -226,10 +247,10 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
           const uint32_t sel = B * 0x1111 + 0x4400;
           const uint32_t t0 = prmt(st.w[r][0][2 * p], st.w[r][0][2 * p + 1], sel);
           const uint32_t t1 = prmt(st.w[r][1][2 * p], st.w[r][1][2 * p + 1], sel);
-          a[r][p][0] = D::sub2(nib2<D::MAGIC>(t0), c[r][0]);
-          a[r][p][1] = D::sub2(nib2<D::MAGIC>(t1), c[r][1]);
-          a[r][p][2] = D::sub2(nib2<D::MAGIC>(t0 >> 4), c[r][0]);
-          a[r][p][3] = D::sub2(nib2<D::MAGIC>(t1 >> 4), c[r][1]);
+          a[r][p][0] = dq(nib2<D::MAGIC>(t0), r, 0);
+          a[r][p][1] = dq(nib2<D::MAGIC>(t1), r, 1);
+          a[r][p][2] = dq(nib2<D::MAGIC>(t0 >> 4), r, 0);
+          a[r][p][3] = dq(nib2<D::MAGIC>(t1 >> 4), r, 1);
         }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -269,16 +290,17 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
         const uint32_t t0 = prmt(st.w[r][0][2 * p], st.w[r][0][2 * p + 1], sel);
         const uint32_t t1 = prmt(st.w[r][1][2 * p], st.w[r][1][2 * p + 1], sel);
         uint32_t a[4];
-        a[0] = D::sub2(nib2<D::MAGIC>(t0), c[r][0]);       // row gid,     nibble 2B
-        a[1] = D::sub2(nib2<D::MAGIC>(t1), c[r][1]);       // row gid + 8, nibble 2B
-        a[2] = D::sub2(nib2<D::MAGIC>(t0 >> 4), c[r][0]);  // row gid,     nibble 2B + 1
-        a[3] = D::sub2(nib2<D::MAGIC>(t1 >> 4), c[r][1]);  // row gid + 8, nibble 2B + 1
+        a[0] = dq(nib2<D::MAGIC>(t0), r, 0);       // row gid,     nibble 2B
+        a[1] = dq(nib2<D::MAGIC>(t1), r, 1);       // row gid + 8, nibble 2B
+        a[2] = dq(nib2<D::MAGIC>(t0 >> 4), r, 0);  // row gid,     nibble 2B + 1
+        a[3] = dq(nib2<D::MAGIC>(t1 >> 4), r, 1);  // row gid + 8, nibble 2B + 1
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) D::mma(part[r][mt], a, xv[mt][0][p], xv[mt][1][p]);
       }
     }
     }  // !SM
   }
+  if constexpr (PS) return;
 #pragma unroll
   for (int r = 0; r < RT; ++r) {
     const float s0 = D::to_f(st.s[r][0]), s1 = D::to_f(st.s[r][1]);
@@ -529,14 +551,22 @@ struct WideTile {
 // on every run: the stream-K "fixup" of Osama et al. 2023, arXiv 2301.03598, in its serial, deterministic form).
 // ws and sem belong to one stream at a time (the loader keeps one counter array per device; a launch uses it only
 // after griddepcontrol.wait, i.e. after the previous kernel in the stream has finished).
-template <bool BF16, int G, int MT, int RT, int DEPTH, bool WS>
-__global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restrict__ x, int sx,
+// WSM bit 0 (WS): the weights through shared memory; bit 1 (PS): prescaled weights (compute), which frees the
+// partials' registers: those variants ask for two CTAs per SM (<= 128 registers a thread) where MT RT <= 8.
+template <int MT, int RT, int WSM>
+struct WideMinBlocks {
+  static constexpr int value = ((WSM & 2) && MT * RT <= 8) ? 2 : 1;
+};
+
+template <bool BF16, int G, int MT, int RT, int DEPTH, int WSM>
+__global__ void __launch_bounds__(256, WideMinBlocks<MT, RT, WSM>::value) w4a16_wide_kernel(const uint16_t* __restrict__ x, int sx,
                                                          const uint32_t* __restrict__ qw,
                                                          const uint16_t* __restrict__ s,
                                                          const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
                                                          const uint16_t* __restrict__ res, int M, int N, int K,
                                                          float* __restrict__ ws, int* __restrict__ sem) {
   using D = Dt<BF16>;
+  constexpr bool WS = WSM & 1, PS = (WSM & 2) != 0;
   constexpr int XROW = WideTile<G, MT>::XROW, TILE = WideTile<G, MT>::TILE, CPR = G / 8;
   constexpr int WPL = G / 32, CH = WPL / 4, C = RT * 2 * CH;  // WS: 16-byte chunks per lane per group
   static_assert(!WS || G >= 128, "weights through shared memory: 16-byte chunks per lane (G >= 128)");
@@ -646,9 +676,9 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
               ring[0].s[r][h] = sr[d][r][h];
               ring[0].z[r][h] = zr[d][r][h];
             }
-          compute<BF16, G, MT, RT, false, true>(ring[0], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+          compute<BF16, G, MT, RT, false, true, PS>(ring[0], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
         } else {
-          compute<BF16, G, MT, RT, false, true>(ring[d], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+          compute<BF16, G, MT, RT, false, true, PS>(ring[d], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
         }
       }
     }
@@ -731,7 +761,7 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   cfg.gridDim = dim3(tiles, split);
   cfg.blockDim = dim3(32 * w);
   cfg.dynamicSmemBytes =
-      (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + (WS ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
+      (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -740,10 +770,10 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   cfg.numAttrs = 1;
   if (cfg.dynamicSmemBytes > 48 * 1024) {
     static std::atomic<unsigned> raised{0};
-    const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS == 1>, raised, cfg.dynamicSmemBytes, 64);
+    const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, raised, cfg.dynamicSmemBytes, 64);
     if (e != cudaSuccess) return (int)e;
   }
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS == 1>, (const uint16_t*)x, sx,
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, (const uint16_t*)x, sx,
                                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
                                            (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem);
   if (e != cudaSuccess) cudaGetLastError();
@@ -931,13 +961,15 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
   return -1;  // no such variant
 }
 
-// The wide kernel's variants (G, MT, RT, DEPTH), listed by the loader with XS = 3 (wb_w4mma_wide_variants).
-// The wide kernel's variants (G, MT, RT, DEPTH, WS): WS = 1 the weights through a per-warp shared-memory ring
-// (cp.async, G >= 128), 0 a register ring; the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
+// The wide kernel's variants (G, MT, RT, DEPTH, WS): WS bit 0 the weights through a per-warp shared-memory ring
+// (cp.async, G >= 128), else a register ring; bit 1 prescaled weights (w_hat rounded to x's dtype, see compute);
+// the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
 #define WB_W4WIDE_VARIANTS(X)                                                                                 \
   X(64, 2, 1, 2, 0) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0)                                                       \
   X(128, 2, 1, 4, 1) X(128, 4, 1, 4, 1) X(128, 8, 1, 2, 0) X(128, 8, 1, 3, 1)                                 \
-  X(256, 8, 1, 3, 1)
+  X(256, 8, 1, 3, 1)                                                                                          \
+  X(64, 8, 1, 2, 2) X(128, 2, 1, 4, 3) X(128, 4, 1, 4, 3) X(128, 8, 1, 2, 2) X(128, 8, 1, 3, 3)               \
+  X(128, 8, 1, 4, 3) X(128, 8, 2, 2, 2) X(128, 8, 2, 3, 3)
 
 extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int wsm, int w, int split,
                                     const void* x,
