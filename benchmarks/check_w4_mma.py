@@ -94,8 +94,9 @@ def part_check(dev) -> list:
         if model == "qwen2-7b" and name == "qkv":
             for m in (1, 9, 33):
                 x = torch.randn(m, k, device=dev).to(dt)
-                ref = mm.reference(x, qw, s, z, g)
-                for cfg in mm.configs(n, k, m, g):
+                refs = {ps: mm.reference(x, qw, s, z, g, prescale=ps) for ps in (False, True)}
+                for cfg in mm.configs(n, k, m, g):  # each against its own oracle (prescaled: w_hat rounded)
+                    ref = refs[mm.prescaled(cfg)]
                     row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
                            "residual": False, "cfg": list(cfg)}
                     try:
