@@ -100,11 +100,9 @@ def test_wide_configs_split_k_into_nonempty_ranges_and_bound_the_grid(monkeypatc
         assert wide and all(len(c) == 4 for c in cf if c[2] < mm.WIDE)
         for rt, _depth, _xs, w, sp in wide:
             tiles = -(-n // (16 * rt * w))
-            assert w in mm.WIDE_WARPS and tiles <= mm.SEM_LEN
-            assert sp in mm.WIDE_STREAMK or (1 <= sp <= k // 128 and tiles * sp <= 16 * 132)
+            assert w in mm.WIDE_WARPS and 1 <= sp <= k // 128 and tiles * sp <= 16 * 132 and tiles <= mm.SEM_LEN
         fewest = min(-(-n // (16 * c[0] * c[3])) for c in wide)  # N tiles of the widest CTA
-        assert {c[4] for c in wide} == {sp for sp in mm.WIDE_SPLITS if sp <= k // 128 and fewest * sp <= 16 * 132} | set(
-            mm.WIDE_STREAMK)
+        assert {c[4] for c in wide} == {sp for sp in mm.WIDE_SPLITS if sp <= k // 128 and fewest * sp <= 16 * 132}
     assert not [c for c in mm.configs(4608, 3584, 8, 128) if c[2] >= mm.WIDE]  # one row tile: the split kernels
 
 

@@ -86,7 +86,6 @@ WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configuration
 WIDE_SMEM, WIDE_PRESCALED = 1, 2  # bit 0: weights via shared memory; bit 1: prescaled (w_hat rounded to x's dtype)
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
-WIDE_STREAMK = (-1, -2)  # SPLIT < 0: stream-K over -SPLIT CTAs per SM (all tiles' K ranges cut into equal shares)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
 _BEST: dict = {}
@@ -262,7 +261,7 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
     """Launch configurations for ``m`` rows: every compiled variant of this group and ``MT``; ``(RT, DEPTH, XS,
     KS)`` for the split kernels, with ``KS`` warps per CTA up to :func:`ks_max` and such that each warp gets at least
     one group; ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (:data:`WIDE_WARPS`, :data:`WIDE_SPLITS`, each
-    split at least one group, at most ``16 * 132`` CTAs; and the stream-K launches :data:`WIDE_STREAMK`)."""
+    split at least one group, at most ``16 * 132`` CTAs)."""
     mt = m_tiles(m)
     ng = k // group
     out = []
@@ -273,7 +272,6 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
             for w in WIDE_WARPS:
                 tiles = -(-n // (16 * rt * w))
                 out += [(rt, depth, xs, w, sp) for sp in WIDE_SPLITS if sp <= ng and tiles * sp <= 16 * 132]
-                out += [(rt, depth, xs, w, sp) for sp in WIDE_STREAMK]
             continue
         for ks in KS_CHOICES:
             if ks <= ng and ks <= ks_max(mt, rt):
@@ -346,14 +344,8 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     with torch.cuda.device(x.device):  # the launch goes to the current device
         if xs >= WIDE:
             split = cfg[4] if len(cfg) > 4 else 1
-            if split < 0:  # stream-K: -split CTAs per SM, at most one per (tile, group) unit; ws [CTAs, 2, M, TW]
-                tw = 16 * rt * ks
-                ctas = min(-split * _sms(x.device), -(-n // tw) * (k // group))
-                ws = torch.empty(ctas * 2 * m * tw, dtype=torch.float32, device=x.device)
-                split = -ctas
-            else:
-                ws = torch.empty(split * m * n, dtype=torch.float32, device=x.device) if split > 1 else None
-            sem = _sem(x.device) if split != 1 else None
+            ws = torch.empty(split * m * n, dtype=torch.float32, device=x.device) if split > 1 else None
+            sem = _sem(x.device) if split > 1 else None
             rc = lib.wb_w4mma_wide_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs - WIDE,
                                           ks, split,
                                           x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
@@ -368,15 +360,6 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
         raise RuntimeError(f"W4A16 MMA launch failed (code {rc}; -1: no compiled variant for G={group}, "
                            f"MT={m_tiles(m)}, cfg={cfg})")
     return out
-
-
-def _sms(device: torch.device) -> int:
-    """The device's multiprocessor count (cached)."""
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _STATE.get(("sms", idx))
-    if n is None:
-        n = _STATE[("sms", idx)] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return n
 
 
 def prescaled(cfg: tuple | None) -> bool:

@@ -300,16 +300,17 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
     }
     }  // !SM
   }
-  if constexpr (PS) return;
+  if constexpr (!PS) {  // (prescaled: the MMAs accumulated into acc)
 #pragma unroll
-  for (int r = 0; r < RT; ++r) {
-    const float s0 = D::to_f(st.s[r][0]), s1 = D::to_f(st.s[r][1]);
+    for (int r = 0; r < RT; ++r) {
+      const float s0 = D::to_f(st.s[r][0]), s1 = D::to_f(st.s[r][1]);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      acc[r][mt][0] += s0 * part[r][mt][0];
-      acc[r][mt][1] += s0 * part[r][mt][1];
-      acc[r][mt][2] += s1 * part[r][mt][2];
-      acc[r][mt][3] += s1 * part[r][mt][3];
+      for (int mt = 0; mt < MT; ++mt) {
+        acc[r][mt][0] += s0 * part[r][mt][0];
+        acc[r][mt][1] += s0 * part[r][mt][1];
+        acc[r][mt][2] += s1 * part[r][mt][2];
+        acc[r][mt][3] += s1 * part[r][mt][3];
+      }
     }
   }
 }
@@ -564,7 +565,7 @@ __global__ void __launch_bounds__(256, WideMinBlocks<MT, RT, WSM>::value) w4a16_
                                                          const uint16_t* __restrict__ s,
                                                          const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
                                                          const uint16_t* __restrict__ res, int M, int N, int K,
-                                                         float* __restrict__ ws, int* __restrict__ sem, int sk) {
+                                                         float* __restrict__ ws, int* __restrict__ sem) {
   using D = Dt<BF16>;
   constexpr bool WS = WSM & 1, PS = (WSM & 2) != 0;
   constexpr int XROW = WideTile<G, MT>::XROW, TILE = WideTile<G, MT>::TILE, CPR = G / 8;
@@ -575,26 +576,18 @@ __global__ void __launch_bounds__(256, WideMinBlocks<MT, RT, WSM>::value) w4a16_
   __shared__ int last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int NG = K / G, KW = K / 8, TW = 16 * RT * nw, tiles = (N + TW - 1) / TW;
-  // The CTA's work: units u = tile * NG + group in [u0, u1). Split-K (sk = 0): tile blockIdx.x, the groups of split
-  // blockIdx.y of gridDim.y. Stream-K (sk = 1; Osama et al. 2023, sec. 4): the gridDim.x CTAs take equal contiguous
-  // ranges of all tiles' units, so that the last wave is not a fraction of the GPU; a range may start or end inside
-  // a tile (at most two such partial tiles per CTA).
-  const int U = tiles * NG, CS = gridDim.x;  // (U < 2^31: tiles <= SEM_LEN, K / G small)
-  auto start = [&](int c) -> int { return (int)((long long)c * U / CS); };  // first unit of stream-K CTA c
-  // the CTA whose stream-K range holds unit u: the largest c with floor(c U / CS) <= u
-  auto owner = [&](int u) -> int { return (int)(((long long)(u + 1) * CS + U - 1) / U) - 1; };
-  int u0, u1;
-  if (sk) {
-    u0 = start(blockIdx.x);
-    u1 = start(blockIdx.x + 1);
-  } else {
-    const int S = gridDim.y, sp = blockIdx.y;
-    u0 = blockIdx.x * NG + (sp * NG) / S;
-    u1 = blockIdx.x * NG + ((sp + 1) * NG) / S;
-  }
+  const int NG = K / G, KW = K / 8, S = gridDim.y, sp = blockIdx.y;
+  const int g0 = (int)(((long long)sp * NG) / S), g1 = (int)(((long long)(sp + 1) * NG) / S);
+  const int nbase = (blockIdx.x * nw + warp) * (16 * RT);
   int rows[RT][2];
   const uint32_t* wp[RT][2];
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows[r][h] = min(nbase + r * 16 + gid + 8 * h, N - 1);  // rows past N read row N - 1, never stored
+      wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
+    }
   uint4* wring = xsm4 + (size_t)DEPTH * TILE * 2 / 16 + (size_t)warp * DEPTH * C * 32;
   auto issue_x = [&](int slot, int grp) {  // the group's [M, G] activations, 16 bytes a copy
     uint16_t* dst = xsm + slot * TILE;
@@ -623,163 +616,122 @@ __global__ void __launch_bounds__(256, WideMinBlocks<MT, RT, WSM>::value) w4a16_
         zr[slot][r][h] = __ldg(z + (size_t)grp * N + rows[r][h]);
       }
   };
-  auto set_tile = [&](int tile) {
 #pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        rows[r][h] = min(tile * TW + warp * (16 * RT) + r * 16 + gid + 8 * h, N - 1);  // past N: row N - 1, never stored
-        wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
+  for (int d = 0; d < DEPTH - 1; ++d)
+    if (g0 + d < g1) {
+      if constexpr (WS) {
+        issue_w(d, g0 + d);  // (in the first commit group, with stage 0's activations)
+        load_sz(d, g0 + d);
+      } else {
+        load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
       }
-  };
-  auto prefetch_w = [&](int g0, int g1) {  // the weights of the first DEPTH - 1 groups of a segment
-#pragma unroll
-    for (int d = 0; d < DEPTH - 1; ++d)
-      if (g0 + d < g1) {
-        if constexpr (WS) {
-          issue_w(d, g0 + d);  // (in the first commit group, with stage 0's activations)
-          load_sz(d, g0 + d);
-        } else {
-          load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
-        }
-      }
-  };
-  // the first segment's weights are requested before the previous kernel in the stream has finished
-  if (u0 < u1) {
-    set_tile(u0 / NG);
-    prefetch_w(u0 % NG, min(u1 - (u0 / NG) * NG, NG));
-  }
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  for (int u = u0; u < u1;) {
-    const int tile = u / NG, g0 = u - tile * NG, g1 = min(u1 - tile * NG, NG);
-    const int nbase = tile * TW + warp * (16 * RT);
-    if (u != u0) {
-      __syncthreads();  // every warp is done with the previous segment's shared-memory slots
-      set_tile(tile);
-      prefetch_w(g0, g1);
-    }
 #pragma unroll
-    for (int d = 0; d < DEPTH - 1; ++d) {
-      if (g0 + d < g1) issue_x(d, g0 + d);
-      cp_async_commit();
-    }
-    float acc[RT][MT][4];
+  for (int d = 0; d < DEPTH - 1; ++d) {
+    if (g0 + d < g1) issue_x(d, g0 + d);
+    cp_async_commit();
+  }
+  float acc[RT][MT][4];
 #pragma unroll
-    for (int r = 0; r < RT; ++r)
+  for (int r = 0; r < RT; ++r)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
 
-    for (int base = g0; base < g1; base += DEPTH) {
+  for (int base = g0; base < g1; base += DEPTH) {
 #pragma unroll
-      for (int d = 0; d < DEPTH; ++d) {
-        const int grp = base + d;
-        if (grp < g1) {  // the same for every thread of the CTA
-          cp_async_wait<DEPTH - 2>();  // this thread's copies of group grp have landed
-          __syncthreads();             // everyone's have; and every warp is done with the slot refilled next
-          const int nxt = grp + DEPTH - 1, slot = (d + DEPTH - 1) % DEPTH;
-          if (nxt < g1) {
-            issue_x(slot, nxt);
-            if constexpr (WS) {
-              issue_w(slot, nxt);
-              load_sz(slot, nxt);
-            } else {
-              load_w<BF16>(ring[slot], qw, s, z, rows, nxt, N, KW, tig);
-            }
-          }
-          cp_async_commit();
+    for (int d = 0; d < DEPTH; ++d) {
+      const int grp = base + d;
+      if (grp < g1) {  // the same for every thread of the CTA
+        cp_async_wait<DEPTH - 2>();  // this thread's copies of group grp have landed
+        __syncthreads();             // everyone's have; and every warp is done with the slot refilled next
+        const int nxt = grp + DEPTH - 1, slot = (d + DEPTH - 1) % DEPTH;
+        if (nxt < g1) {
+          issue_x(slot, nxt);
           if constexpr (WS) {
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int c = 0; c < CH; ++c) {
-                  const uint4 v = wring[((size_t)d * C + (r * 2 + h) * CH + c) * 32 + lane];
-                  ring[0].w[r][h][4 * c] = v.x;
-                  ring[0].w[r][h][4 * c + 1] = v.y;
-                  ring[0].w[r][h][4 * c + 2] = v.z;
-                  ring[0].w[r][h][4 * c + 3] = v.w;
-                }
-                ring[0].s[r][h] = sr[d][r][h];
-                ring[0].z[r][h] = zr[d][r][h];
-              }
-            compute<BF16, G, MT, RT, false, true, PS>(ring[0], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+            issue_w(slot, nxt);
+            load_sz(slot, nxt);
           } else {
-            compute<BF16, G, MT, RT, false, true, PS>(ring[d], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+            load_w<BF16>(ring[slot], qw, s, z, rows, nxt, N, KW, tig);
           }
+        }
+        cp_async_commit();
+        if constexpr (WS) {
+#pragma unroll
+          for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int c = 0; c < CH; ++c) {
+                const uint4 v = wring[((size_t)d * C + (r * 2 + h) * CH + c) * 32 + lane];
+                ring[0].w[r][h][4 * c] = v.x;
+                ring[0].w[r][h][4 * c + 1] = v.y;
+                ring[0].w[r][h][4 * c + 2] = v.z;
+                ring[0].w[r][h][4 * c + 3] = v.w;
+              }
+              ring[0].s[r][h] = sr[d][r][h];
+              ring[0].z[r][h] = zr[d][r][h];
+            }
+          compute<BF16, G, MT, RT, false, true, PS>(ring[0], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
+        } else {
+          compute<BF16, G, MT, RT, false, true, PS>(ring[d], acc, xsm + d * TILE, XROW, M, 0, gid, tig);
         }
       }
     }
-    cp_async_wait<0>();
-    u = tile * NG + g1;
-
-    // fragment (r, mt, i) is output row m = 8 mt + 2 tig + (i & 1), column n = nbase + 16 r + gid + 8 (i >> 1)
-    auto store = [&](int m, int n, float y) {
-      if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
-      out[(size_t)m * N + n] = D::from_f(y);
-    };
-    if (g0 == 0 && g1 == NG) {  // the whole tile: no partials
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
-            if (m < M && n < N) store(m, n, acc[r][mt][i]);
-          }
-      continue;
-    }
-    // A partial tile. Its contributors, in K order: split-K the S splits (slot = split, ws[S, M, N]); stream-K the
-    // CTAs first .. final whose ranges meet the tile, each with two slots of [M, TW] (0: the first tile of its range,
-    // 1: its last), ws[CS, 2, M, TW].
-    int first = 0, count = gridDim.y, mine = blockIdx.y;
-    if (sk) {
-      first = owner(tile * NG);
-      count = owner(tile * NG + NG - 1) - first + 1;
-      mine = blockIdx.x - first;
-    }
-    auto slot_of = [&](int j, int m, int n) -> size_t {  // contributor j's partial of output (m, n)
-      if (!sk) return ((size_t)j * M + m) * N + n;
-      const int c = first + j;
-      const int which = (start(c) / NG == tile) ? 0 : 1;
-      return (((size_t)c * 2 + which) * M + m) * TW + (n - tile * TW);
-    };
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
-          if (m < M && n < N) __stcg(ws + slot_of(mine, m, n), acc[r][mt][i]);
-        }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(sem + tile, 1) == count - 1;
-    __syncthreads();
-    if (!last) continue;
-    __threadfence();
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
-          if (m < M && n < N) {
-            float y = 0.0f;
-            for (int j = 0; j < count; ++j) y += (j == mine) ? acc[r][mt][i] : __ldcg(ws + slot_of(j, m, n));
-            store(m, n, y);
-          }
-        }
-    if (threadIdx.x == 0) sem[tile] = 0;  // ready for the next launch
   }
+  cp_async_wait<0>();
+
+  // fragment (r, mt, i) is output row m = 8 mt + 2 tig + (i & 1), column n = nbase + 16 r + gid + 8 (i >> 1)
+  auto store = [&](int m, int n, float y) {
+    if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
+    out[(size_t)m * N + n] = D::from_f(y);
+  };
+  if (S == 1) {
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
+          if (m < M && n < N) store(m, n, acc[r][mt][i]);
+        }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
+        if (m < M && n < N) __stcg(ws + ((size_t)sp * M + m) * N + n, acc[r][mt][i]);
+      }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
+        if (m < M && n < N) {
+          float y = 0.0f;
+          for (int t = 0; t < S; ++t) y += (t == sp) ? acc[r][mt][i] : __ldcg(ws + ((size_t)t * M + m) * N + n);
+          store(m, n, y);
+        }
+      }
+  if (threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
 }
 
 // raise a kernel's dynamic shared-memory limit once per device (a race between host threads only repeats the same
@@ -803,15 +755,11 @@ template <bool BF16, int G, int MT, int RT, int DEPTH, int WS>
 int launch_wide(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
                 int M, int N, int K, int w, int split, void* ws, void* sem, int sem_len, int pdl,
                 cudaStream_t stream) {
-  // split >= 1: split-K over `split` CTAs per tile (ws [split, M, N] floats); split < 0: stream-K over -split CTAs,
-  // at most tiles * K / G of them (ws [-split, 2, M, 16 RT w] floats)
   const int tiles = (N + 16 * RT * w - 1) / (16 * RT * w);
-  const bool sk = split < 0;
-  if (w < 1 || w > 8 || split == 0 || split > K / G || (sk && (long long)-split > (long long)tiles * (K / G)) ||
-      (split != 1 && (ws == nullptr || sem == nullptr || tiles > sem_len)))
+  if (w < 1 || w > 8 || split < 1 || split > K / G || (split > 1 && (ws == nullptr || sem == nullptr || tiles > sem_len)))
     return (int)cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = sk ? dim3(-split, 1) : dim3(tiles, split);
+  cfg.gridDim = dim3(tiles, split);
   cfg.blockDim = dim3(32 * w);
   cfg.dynamicSmemBytes =
       (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
@@ -828,8 +776,7 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   }
   const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, (const uint16_t*)x, sx,
                                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
-                                           (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem,
-                                           (int)sk);
+                                           (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem);
   if (e != cudaSuccess) cudaGetLastError();
   return (int)e;
 }
