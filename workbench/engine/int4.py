@@ -98,7 +98,10 @@ MMA: bool | str = _mma_from_env()
 # tuned MMA configurations) the MMA kernel took 64.3 / 95.2 / 156.2 / 283.1 us at M = 8 / 16 / 32 / 64 against the
 # Triton GEMM's (default configuration) 122.4 / 137.7 / 151.1 / 263.0; engine steps with every row count <= 64 on
 # the MMA kernel: batch 16 3.507 ms (Triton path 3.758), batch 32 5.269 (4.832 with 8 here), batch 64 10.692
-# (8.562). So 16: the MMA kernel where it won the engine step, the Triton GEMM from 17 rows.
+# (8.562). So 16: the MMA kernel where it won the engine step, the Triton GEMM from 17 rows. Re-measured with the
+# prescaled wide variants (benchmarks/results/h200_2026-12-03b/): per layer 154.9 / 255.6 us at 32 / 64 rows against
+# the Triton GEMM's 150.0 / 267.0, but engine steps with every row on the MMA kernel 5.259 / 9.898 ms against
+# 4.822 / 8.473 (there RMSNorm, SwiGLU and RoPE run as separate kernels), so still 16.
 # WORKBENCH_INT4_MMA_ROWS_TC (an integer 0..64), read at import, overrides it.
 MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 16)
 if not 0 <= MMA_ROWS_TC <= 64:

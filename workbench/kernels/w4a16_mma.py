@@ -42,7 +42,10 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   times; on the H200 it won only at 64 rows of the large matrices (gate_up 131-136 us against the split kernels'
   245), still far from cuBLAS bf16 (71 us): ncu shows 12.5% theoretical occupancy (shared memory and registers) and
   0.37 instructions issued per scheduler-cycle, and one pipeline stage is ~500 instructions per 64 MMAs
-  (``benchmarks/results/h200_2026-12-03/``).
+  (``benchmarks/results/h200_2026-12-03/``). The prescaled variants took gate_up at 64 rows to 113 us and a
+  Qwen2-7B layer at 64 rows from 283 to 256 us (two CTAs per SM, 25% theoretical occupancy, issue slots 48% busy:
+  still latency-bound; ``benchmarks/results/h200_2026-12-03b/``). A stream-K launch (equal shares of all tiles'
+  K groups per CTA) was measured there and reverted: no gain, and its segment loop cost 20-45 registers.
 * **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
   and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
   fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
