@@ -194,7 +194,9 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             eng.set_fused_gemv(True)
             base = {"model": model, "impl": impl, "build_s": time.time() - t0, "mma_rows_tc": int4.MMA_ROWS_TC,
                     "dense_mma": weights.DENSE_MMA, "dense_mma_rows": list(weights.DENSE_MMA_ROWS),
-                    "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None}
+                    "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None,
+                    "mma_plain": int4.MMA_PLAIN,  # the measured routes of plain calls above mma_rows_tc (so far)
+                    "plain_route": {",".join(map(str, k)): v for k, v in int4._PLAIN_ROUTE.items()}}
             one = None
             for b in batches:
                 ms = engine_decode_ms_per_token(eng, b, prompt, steps)

@@ -232,6 +232,24 @@ def test_which_rows_take_the_mma_kernel_and_the_fused_path_default(group):
         dispatch.INT4_ONE_ROW_FUSED = saved
 
 
+def test_plain_calls_above_the_row_threshold_follow_the_measured_route(monkeypatch):
+    # rows above MMA_ROWS_TC: a call without prologue takes the MMA kernel only for the row classes where the
+    # timing (monkeypatched here: _route_plain) said it won; calls with a prologue keep the Triton GEMM; "0" off
+    q = torch.randint(0, 16, (64, 256), dtype=torch.uint8)
+    lin = int4.Int4Linear(q, torch.rand(64, 2) * 0.01, torch.full((64, 2), 8.0), torch.bfloat16, "triton:dequant")
+    lin.mma = True
+    monkeypatch.setattr(int4, "_PLAIN_ROUTE", {})
+    int4._PLAIN_ROUTE[lin._plain_key(32)] = True  # 17..32 rows: the MMA kernel won; 33..64: not measured
+    assert int4.MMA_ROWS_TC == 16
+    plain = [m for m in range(1, 65) if lin._plain_mma(m)]
+    assert plain == list(range(1, 33))
+    assert [m for m in range(1, 65) if lin._mma_rows(m)] == list(range(1, 17))  # (prologue calls)
+    int4._PLAIN_ROUTE[lin._plain_key(64)] = False
+    assert not lin._plain_mma(64)
+    monkeypatch.setattr(int4, "MMA_PLAIN", False)
+    assert [m for m in range(1, 65) if lin._plain_mma(m)] == list(range(1, 17))
+
+
 def test_ks_max_and_default_cfg_stay_within_the_compiled_variants():
     assert [mm.ks_max(mt, rt) for mt, rt in ((1, 1), (1, 2), (2, 2), (1, 4), (4, 2), (8, 1))] == [16, 16, 8, 8, 8, 8]
     src = set(mm.source_variants())

@@ -106,6 +106,13 @@ MMA: bool | str = _mma_from_env()
 MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 16)
 if not 0 <= MMA_ROWS_TC <= 64:
     raise ValueError(f"WORKBENCH_INT4_MMA_ROWS_TC={MMA_ROWS_TC}: set it to 0..64 (or unset it)")
+# Calls without prologue or RoPE (o_proj, down_proj run after their SwiGLU, a plain call) of MMA_ROWS_TC + 1..64
+# rows: the MMA kernel where Int4Linear.warmup timed it faster than the Triton GEMM for that weight's shape and row
+# class (8 MT rows, timed at the class's largest row count, residual epilogue on both), else the Triton GEMM.
+# H200, Qwen2-7B o_proj at 32 rows: 11.8 us against 19.7 (benchmarks/results/h200_2026-12-03b/final_layers.json).
+# WORKBENCH_INT4_MMA_PLAIN ("0", "1", "auto"; "auto" = "1"), read at import: "0" turns the measurement off.
+MMA_PLAIN: bool | str = tristate_env("WORKBENCH_INT4_MMA_PLAIN")
+_PLAIN_ROUTE: dict = {}  # w4a16_mma.key(...) -> True (MMA kernel) / False (Triton GEMM), filled by warmup
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
             "triton:dequant")
@@ -278,6 +285,50 @@ class Int4Linear:
             return False
         return m <= MMA_ROWS_TC if self.tc else 2 <= m <= ROWS_MAX
 
+    def _plain_key(self, m: int) -> tuple:
+        from workbench.kernels import w4a16_mma as mm
+
+        return mm.key(self.out_features, self.in_features, m, self.group_size, self.dtype, True)
+
+    def _plain_mma(self, m: int) -> bool:
+        """A call of ``m`` rows without prologue or RoPE goes through the MMA kernel: :meth:`_mma_rows`, or (rows
+        above :data:`MMA_ROWS_TC` of a tensor-core weight) where :meth:`warmup` measured it faster (:data:`MMA_PLAIN`)."""
+        if self._mma_rows(m):
+            return True
+        return (bool(MMA_PLAIN) and self.mma and self.tc and MMA_ROWS_TC < m <= ROWS_MAX
+                and _PLAIN_ROUTE.get(self._plain_key(m), False))
+
+    def _route_plain(self, m: int) -> bool:
+        """Time the MMA kernel (tuned) against the Triton GEMM for ``m`` rows with a residual epilogue, weights
+        rotated over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); record
+        and return whether the MMA kernel won. CUDA, outside graph capture."""
+        from workbench.kernels import rows
+        from workbench.kernels import w4a16_mma as mm
+        from workbench.kernels.timing import fastest_config
+
+        kk = self._plain_key(m)
+        if kk in _PLAIN_ROUTE:
+            return _PLAIN_ROUTE[kk]
+        dev = self.qw.device
+        x = torch.randn(m, self.in_features, device=dev, dtype=self.dtype)
+        res = torch.randn(m, self.out_features, device=dev, dtype=self.dtype)
+        cfg = mm.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, res)
+        mm._BEST.setdefault(mm.key(self.out_features, self.in_features, m, self.group_size, self.dtype, False), cfg)
+        copies = max(1, -(-128_000_000 // self.qw.nbytes))
+        ws = [(self.qw, self.s_t, self.z_t)] + [(self.qw.clone(), self.s_t.clone(), self.z_t.clone())
+                                                 for _ in range(copies - 1)]
+        ref = mm.reference(x, self.qw, self.s_t, self.z_t, self.group_size, res)
+
+        def run(w, which):
+            if which == "mma":
+                return mm.gemm(x, *w, self.group_size, self.out_features, res, cfg)
+            return rows.gemm_int4(x, *w, self.group_size, self.out_features, residual=res)
+
+        timings: dict = {}
+        best = fastest_config(["mma", "rows"], run, ws, ref, timings, f"W4A16 {m}-row route")
+        _PLAIN_ROUTE[kk] = best == "mma"
+        return _PLAIN_ROUTE[kk]
+
     def _mma(self, x: torch.Tensor, residual=None) -> torch.Tensor:
         from workbench.kernels import w4a16_mma
 
@@ -323,6 +374,10 @@ class Int4Linear:
             for m in (1, 2, 9, 17, 33):
                 if m <= max(1, min(max_m, ROWS_MAX)) and self._mma_rows(m):
                     self._mma_cfg(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
+            if MMA_PLAIN and self.tc:  # plain calls above MMA_ROWS_TC: timed per class, at its largest row count
+                for m in (16, 32, 64):
+                    if MMA_ROWS_TC < m <= min(max_m, ROWS_MAX):
+                        self._route_plain(m)
         if not self.one_row_gemv():
             return
         from workbench.kernels import w4a16
@@ -398,7 +453,7 @@ class Int4Linear:
         if x.shape[0] > self.fused_max_rows():
             raise ValueError(f"no fused kernel for {x.shape[0]} rows (backend {self.backend!r}, group_size "
                              f"{self.group_size}); check fused_max_rows() first")
-        if self._mma_rows(x.shape[0]) and prologue == "none" and rope is None and x.dtype == self.dtype:
+        if prologue == "none" and rope is None and x.dtype == self.dtype and self._plain_mma(x.shape[0]):
             return self._mma(x, residual)
         if self.mma and not self.tc and not (x.shape[0] == 1 and self._gemv_ok()):
             raise ValueError(f"the MMA kernel takes no prologue or RoPE epilogue (got {prologue!r}, rope="
@@ -419,7 +474,7 @@ class Int4Linear:
         if self.backend == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
         m = x.shape[0]
-        if self._mma_rows(m) and x.dtype == self.dtype:  # (other activation dtypes: the Triton kernels)
+        if x.dtype == self.dtype and self._plain_mma(m):  # (other activation dtypes: the Triton kernels)
             return self._mma(x)
         kernel = self.small if m <= self.small_rows else self.mid if self.mid and m <= ROWS_MAX else self.large
         if kernel == "triton" and self.tc and not (x.shape[0] == 1 and self.one_row_gemv()):
