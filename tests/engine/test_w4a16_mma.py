@@ -239,8 +239,9 @@ def test_plain_calls_above_the_row_threshold_follow_the_measured_route(monkeypat
     lin = int4.Int4Linear(q, torch.rand(64, 2) * 0.01, torch.full((64, 2), 8.0), torch.bfloat16, "triton:dequant")
     lin.mma = True
     monkeypatch.setattr(int4, "_PLAIN_ROUTE", {})
+    monkeypatch.setattr(int4, "MMA_ROWS_TC", 16)
+    monkeypatch.setattr(int4, "MMA_PLAIN", "auto")
     int4._PLAIN_ROUTE[lin._plain_key(32)] = True  # 17..32 rows: the MMA kernel won; 33..64: not measured
-    assert int4.MMA_ROWS_TC == 16
     plain = [m for m in range(1, 65) if lin._plain_mma(m)]
     assert plain == list(range(1, 33))
     assert [m for m in range(1, 65) if lin._mma_rows(m)] == list(range(1, 17))  # (prologue calls)

@@ -106,10 +106,12 @@ MMA: bool | str = _mma_from_env()
 MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 16)
 if not 0 <= MMA_ROWS_TC <= 64:
     raise ValueError(f"WORKBENCH_INT4_MMA_ROWS_TC={MMA_ROWS_TC}: set it to 0..64 (or unset it)")
-# Calls without prologue or RoPE (o_proj, down_proj run after their SwiGLU, a plain call) of MMA_ROWS_TC + 1..64
-# rows: the MMA kernel where Int4Linear.warmup timed it faster than the Triton GEMM for that weight's shape and row
-# class (8 MT rows, timed at the class's largest row count, residual epilogue on both), else the Triton GEMM.
-# H200, Qwen2-7B o_proj at 32 rows: 11.8 us against 19.7 (benchmarks/results/h200_2026-12-03b/final_layers.json).
+# Calls without prologue or RoPE of MMA_ROWS_TC + 1..64 rows (with workbench.engine.dispatch.INT4_PROLOGUES off,
+# the default, that is every multi-row matmul of a step: RMSNorm / SwiGLU run first as their own kernels, RoPE after
+# the qkv matmul): the MMA kernel where Int4Linear.warmup timed it faster than the Triton GEMM for that weight's shape
+# and row class (8 MT rows; timed at the class's largest row count, residual epilogue on both, with the configuration
+# the call will use), else the Triton GEMM. H200 (benchmarks/results/h200_2026-12-03b/plain_route_engine.json, one
+# call): Qwen2-7B batch 64 7.630 ms against 8.677 with WORKBENCH_INT4_MMA_PLAIN=0, batch 32 4.770 against 4.831.
 # WORKBENCH_INT4_MMA_PLAIN ("0", "1", "auto"; "auto" = "1"), read at import: "0" turns the measurement off.
 MMA_PLAIN: bool | str = tristate_env("WORKBENCH_INT4_MMA_PLAIN")
 _PLAIN_ROUTE: dict = {}  # w4a16_mma.key(...) -> True (MMA kernel) / False (Triton GEMM), filled by warmup
@@ -312,8 +314,10 @@ class Int4Linear:
         dev = self.qw.device
         x = torch.randn(m, self.in_features, device=dev, dtype=self.dtype)
         res = torch.randn(m, self.out_features, device=dev, dtype=self.dtype)
-        cfg = mm.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, res)
-        mm._BEST.setdefault(mm.key(self.out_features, self.in_features, m, self.group_size, self.dtype, False), cfg)
+        plain = mm.key(self.out_features, self.in_features, m, self.group_size, self.dtype, False)
+        cfg = mm._BEST.get(plain)  # the configuration _mma_cfg will use (tuned already where MMA_ROWS_TC ends inside)
+        if cfg is None:
+            cfg = mm._BEST[plain] = mm.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, res)
         copies = max(1, -(-128_000_000 // self.qw.nbytes))
         ws = [(self.qw, self.s_t, self.z_t)] + [(self.qw.clone(), self.s_t.clone(), self.z_t.clone())
                                                  for _ in range(copies - 1)]

@@ -553,14 +553,10 @@ struct WideTile {
 // ws and sem belong to one stream at a time (the loader keeps one counter array per device; a launch uses it only
 // after griddepcontrol.wait, i.e. after the previous kernel in the stream has finished).
 // WSM bit 0 (WS): the weights through shared memory; bit 1 (PS): prescaled weights (compute), which frees the
-// partials' registers: those variants ask for two CTAs per SM (<= 128 registers a thread) where MT RT <= 8.
-template <int MT, int RT, int WSM>
-struct WideMinBlocks {
-  static constexpr int value = ((WSM & 2) && MT * RT <= 8) ? 2 : 1;
-};
-
+// partials' registers (ptxas: 80-103 registers a thread for the MT RT <= 8 prescaled tiles, so two CTAs of 8 warps
+// fit an SM without a min-blocks hint; an explicit hint of 1 or 2 made ptxas use more registers in every variant).
 template <bool BF16, int G, int MT, int RT, int DEPTH, int WSM>
-__global__ void __launch_bounds__(256, WideMinBlocks<MT, RT, WSM>::value) w4a16_wide_kernel(const uint16_t* __restrict__ x, int sx,
+__global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restrict__ x, int sx,
                                                          const uint32_t* __restrict__ qw,
                                                          const uint16_t* __restrict__ s,
                                                          const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
