@@ -101,7 +101,8 @@ MMA: bool | str = _mma_from_env()
 # (8.562). So 16: the MMA kernel where it won the engine step, the Triton GEMM from 17 rows. Re-measured with the
 # prescaled wide variants (benchmarks/results/h200_2026-12-03b/): per layer 154.9 / 255.6 us at 32 / 64 rows against
 # the Triton GEMM's 150.0 / 267.0, but engine steps with every row on the MMA kernel 5.259 / 9.898 ms against
-# 4.822 / 8.473 (there RMSNorm, SwiGLU and RoPE run as separate kernels), so still 16.
+# 4.822 / 8.473 (one threshold sends every matmul to the MMA kernel, also those where it loses, e.g. gate_up at 32
+# rows), so still 16, and above it each plain call is routed by measurement (MMA_PLAIN below).
 # WORKBENCH_INT4_MMA_ROWS_TC (an integer 0..64), read at import, overrides it.
 MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 16)
 if not 0 <= MMA_ROWS_TC <= 64:
