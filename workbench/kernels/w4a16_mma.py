@@ -45,7 +45,7 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   (``benchmarks/results/h200_2026-12-03/``). The prescaled variants took gate_up at 64 rows to 113 us and a
   Qwen2-7B layer at 64 rows from 283 to 256 us (two CTAs per SM, 25% theoretical occupancy, issue slots 48% busy:
   still latency-bound; ``benchmarks/results/h200_2026-12-03b/``). A stream-K launch (equal shares of all tiles'
-  K groups per CTA) was measured there and reverted: no gain, and its segment loop cost 20-45 registers.
+  K groups per CTA) was measured there and reverted: no gain, and its segment loop cost 20-64 registers.
 * **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
   and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
   fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
@@ -85,8 +85,8 @@ SRC = Path(__file__).with_name("csrc") / "w4a16_mma.cu"
 ROWS_MAX = 64
 GROUPS = (64, 128, 256)
 KS_CHOICES = (1, 2, 4, 8, 16)  # warps per CTA splitting K
-WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configurations; XS - WIDE is its WS field:
-WIDE_SMEM, WIDE_PRESCALED = 1, 2  # bit 0: weights via shared memory; bit 1: prescaled (w_hat rounded to x's dtype)
+WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configurations; XS - WIDE is its WS field,
+WIDE_PRESCALED = 2  # whose bit 0 puts the weights through shared memory and bit 1 prescales (w_hat in x's dtype)
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)

@@ -553,7 +553,7 @@ struct WideTile {
 // ws and sem belong to one stream at a time (the loader keeps one counter array per device; a launch uses it only
 // after griddepcontrol.wait, i.e. after the previous kernel in the stream has finished).
 // WSM bit 0 (WS): the weights through shared memory; bit 1 (PS): prescaled weights (compute), which frees the
-// partials' registers (ptxas: 80-103 registers a thread for the MT RT <= 8 prescaled tiles, so two CTAs of 8 warps
+// partials' registers (ptxas: 80-125 registers a thread for the MT RT <= 8 prescaled tiles, so two CTAs of 8 warps
 // fit an SM without a min-blocks hint; an explicit hint of 1 or 2 made ptxas use more registers in every variant).
 template <bool BF16, int G, int MT, int RT, int DEPTH, int WSM>
 __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restrict__ x, int sx,
