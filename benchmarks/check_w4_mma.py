@@ -5,8 +5,10 @@ by side with the other kernels, and engine steps.
 (b) ``check``: ``gemm`` against ``w4a16_mma.reference`` (float32 of the dequantized weight, rounded to bf16; with a
     residual, HF's second rounding) on every layer shape of Qwen2-7B, Llama-3-8B (group 128) and SmolLM2-135M
     (group 64), one group-256 and one fp16 shape, at M = 1, 2, 3, 8, 9, 16, 17, 32, 33, 64 with the default
-    configuration, and every compiled configuration on the Qwen2-7B qkv shape at M = 1, 9, 33. Outputs are
-    allocated over NaN-filled memory. Pass: relative L2 < 5e-3, max abs <= 2**-6 max |ref|, >= 80% bit-equal.
+    configuration, and every compiled configuration on the Qwen2-7B qkv shape at M = 1, 9, 33; the SwiGLU epilogue
+    (``act="swiglu"``) on every gate_up shape at those M (default configuration) and with every configuration on
+    Qwen2-7B's at M = 1, 9, 33. Outputs are allocated over NaN-filled memory. Pass: relative L2 < 5e-3, max abs <=
+    2**-6 max |ref|, >= 80% bit-equal (SwiGLU: 1e-2, 2**-5, 50%: :data:`TOL_SWIGLU`).
 (c) ``layers``: per layer matmul and M in 1, 2, 4, 8, 16, 32, 64 (Qwen2-7B and Llama-3-8B shapes, lm_head
     included), us under CUDA-graph replay with the weights rotated over >= 300 MB (L2 holds none): the MMA
     kernel (tuned per call), the dense (bf16) MMA kernel of the same library (tuned), cuBLAS bf16, torch's tinygemm, the Triton INT4 tensor-core GEMM (``rows.gemm_int4``,
@@ -14,7 +16,9 @@ by side with the other kernels, and engine steps.
     (``benchmarks.common.measure_floors``), and the FLOPs term.
 (d) ``engine``: decode ms per step at batch 1..64 and verify steps T = 3, 5, 9 of random-init Qwen2-7B (and
     Llama-3-8B at batch 1 / 16 / 64, SmolLM2-135M g64 at batch 1 / 8): bf16, W4A16 RTN with the MMA kernel, and
-    W4A16 with the Triton kernels (``int4.MMA = False``); floors as ``bench_decode.decode_floor_ms``.
+    W4A16 with the Triton kernels (``int4.MMA = False``); the MMA path with the SwiGLU epilogue off
+    (``int4.MMA_SWIGLU``) and with plain launches of add_rmsnorm / silu_mul (``fused.SMALL_PDL``), Qwen2-7B;
+    ``--engine-impls`` picks some; floors as ``bench_decode.decode_floor_ms``.
 
 (e) ``spec``: synthetic-acceptance speculative decoding (``benchmarks.bench_spec``), Qwen2-7B bf16 and W4A16
     targets, Qwen2-0.5B draft, alpha 0.6 / 0.8 / 0.9, k 4 / 8: realized vs theoretical speedup.
@@ -53,6 +57,9 @@ LAYERS = {  # name: (N, K, group)
 CHECK_MS = (1, 2, 3, 8, 9, 16, 17, 32, 33, 64)
 TIME_MS = (1, 2, 4, 8, 16, 32, 64)
 TOL = (5e-3, 2.0**-6, 0.8)
+# the SwiGLU epilogue's outputs: silu(gate) * up of the rounded gate and up (one ulp of either moves the product), the
+# oracle's exp is torch's, the kernel's __expf
+TOL_SWIGLU = (1e-2, 2.0**-5, 0.5)
 
 
 def weight(n, k, g, dtype, dev, seed=0):
@@ -61,13 +68,13 @@ def weight(n, k, g, dtype, dev, seed=0):
     return q, pack_int4_gemv(q, g), s.to(dtype).t().contiguous(), z.to(dtype).t().contiguous()
 
 
-def errors(y, ref) -> dict:
+def errors(y, ref, tol=TOL) -> dict:
     y, ref = y.float().flatten(), ref.float().flatten()
     d = (y - ref).abs()
     rel = float(d.norm() / ref.norm().clamp(min=1e-30))
     mx, sc = float(d.max()), float(ref.abs().max())
     eq = float((d == 0).float().mean())
-    ok = bool(torch.isfinite(y).all()) and rel < TOL[0] and mx <= TOL[1] * sc and eq >= TOL[2]
+    ok = bool(torch.isfinite(y).all()) and rel < tol[0] and mx <= tol[1] * sc and eq >= tol[2]
     return {"rel_l2": rel, "max_abs": mx, "frac_equal": eq, "pass": ok}
 
 
@@ -91,17 +98,24 @@ def part_check(dev) -> list:
                        "residual": res is not None, "cfg": list(mm.default_cfg(n, k, m, g)),
                        **errors(y, mm.reference(x, qw, s, z, g, res))}
                 out.append(row)
-        if model == "qwen2-7b" and name == "qkv":
+            if name == "gate_up":  # the SwiGLU epilogue, default configuration
+                y = mm.gemm(x, qw, s, z, g, n, act="swiglu", out=nan_out(m, n // 2, dt, dev))
+                out.append({"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
+                            "residual": False, "act": "swiglu", "cfg": list(mm.default_cfg(n, k, m, g)),
+                            **errors(y, mm.reference(x, qw, s, z, g, act="swiglu"), TOL_SWIGLU)})
+        if model == "qwen2-7b" and name in ("qkv", "gate_up"):  # every configuration (gate_up: SwiGLU epilogue)
+            act = "swiglu" if name == "gate_up" else "none"
+            n_out = n // 2 if act == "swiglu" else n
             for m in (1, 9, 33):
                 x = torch.randn(m, k, device=dev).to(dt)
-                refs = {ps: mm.reference(x, qw, s, z, g, prescale=ps) for ps in (False, True)}
+                refs = {ps: mm.reference(x, qw, s, z, g, prescale=ps, act=act) for ps in (False, True)}
                 for cfg in mm.configs(n, k, m, g):  # each against its own oracle (prescaled: w_hat rounded)
                     ref = refs[mm.prescaled(cfg)]
                     row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
-                           "residual": False, "cfg": list(cfg)}
+                           "residual": False, "act": act, "cfg": list(cfg)}
                     try:
-                        y = mm.gemm(x, qw, s, z, g, n, None, cfg, out=nan_out(m, n, dt, dev))
-                        out.append({**row, **errors(y, ref)})
+                        y = mm.gemm(x, qw, s, z, g, n, None, cfg, out=nan_out(m, n_out, dt, dev), act=act)
+                        out.append({**row, **errors(y, ref, TOL_SWIGLU if act == "swiglu" else TOL)})
                     except RuntimeError as e:
                         out.append({**row, "rel_l2": float("nan"), "pass": False, "error": str(e)[:200]})
         torch.cuda.synchronize()
@@ -110,7 +124,7 @@ def part_check(dev) -> list:
 
 @torch.no_grad()
 def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> list:
-    from workbench.kernels import rows, w4a16
+    from workbench.kernels import fused, rows, w4a16
 
     bw, rate = floors["bw_Bps"], floors["matmul_flops"]
     out = []
@@ -143,6 +157,11 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                 dcfg = mm.dense_tune(x, w16[0], timings=dt) if mm.dense_supported(n, k, x.dtype) else None
                 if dcfg is not None:
                     impls["dense_mma"] = ([lambda x, w=w, c=dcfg: mm.dense_gemm(x, w, None, c) for w in w16], fl16)
+                if name == "gate_up":  # SwiGLU: the MMA kernel's epilogue, against the matmul + the engine's silu_mul
+                    impls["mma_swiglu"] = ([lambda x, o=o, c=cfg, g=g, n=n: mm.gemm(x, *o, g, n, None, c, act="swiglu")
+                                            for o in ours], fl4)
+                    impls["mma_then_silu"] = ([lambda x, o=o, c=cfg, g=g, n=n: fused.silu_mul(mm.gemm(x, *o, g, n, None, c))
+                                               for o in ours], fl4)
                 if m == 1:
                     cw = w4a16.tune(x, qw, s, z, g, n)
                     impls["gemv_int4"] = ([lambda x, o=o, c=cw, g=g, n=n: w4a16.gemv(x, *o, g, n, c) for o in ours],
@@ -153,7 +172,8 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                         us = graph_ms(lambda call=call, x=x: call(x), inner=max(20, 2 * len(fns))) * 1e3
                         out.append({"model": model, "call": name, "N": n, "K": k, "M": m, "impl": impl, "us": us,
                                     "floor_us": fl, "x_floor": us / fl,
-                                    "cfg": list(cfg) if impl == "mma" else list(dcfg) if impl == "dense_mma" else None})
+                                    "cfg": (list(cfg) if impl.startswith("mma") else list(dcfg) if impl == "dense_mma"
+                                            else None)})
                     except Exception as e:  # noqa: BLE001 - keep the other kernels' rows
                         out.append({"model": model, "call": name, "M": m, "impl": impl, "error": str(e)[:300]})
                 out.append({"model": model, "call": name, "M": m, "impl": "mma_timings",
@@ -166,9 +186,12 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
     return out
 
 
-def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
+def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) -> list:
+    """``impls``: the plan's implementations to run (default all). ``w4a16_mma_noswiglu`` / ``w4a16_mma_nosmallpdl``
+    are the MMA path with ``int4.MMA_SWIGLU`` / ``fused.SMALL_PDL`` off (the A/B of those switches, same call)."""
     from benchmarks.bench_decode import decode_floor_ms, engine_decode_ms_per_token, verify_ms
     from workbench.engine import Engine, int4, weights
+    from workbench.kernels import fused
 
     bw, rate = floors["bw_Bps"], floors["matmul_flops"]
     prompt, steps = 64, 32
@@ -176,6 +199,8 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
     plan = [("qwen2-7b", "bf16", {}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
             ("qwen2-7b", "w4a16_mma", {"w4a16": True}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
             ("qwen2-7b", "w4a16_triton", {"w4a16": True}, (1, 8, 16, 64), (5, 9)),
+            ("qwen2-7b", "w4a16_mma_noswiglu", {"w4a16": True}, (1, 16, 32, 64), (9,)),
+            ("qwen2-7b", "w4a16_mma_nosmallpdl", {"w4a16": True}, (1, 16, 32, 64), (9,)),
             ("llama3-8b", "bf16", {}, (1, 16, 64), (9,)),
             ("llama3-8b", "w4a16_mma", {"w4a16": True}, (1, 16, 64), (9,)),
             ("smollm2-135m", "bf16", {}, (1, 8), (5, 9)),
@@ -183,10 +208,12 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             ("smollm2-135m", "w4a16_triton", {"w4a16": True, "group_size": 64}, (1, 8), (5, 9))]
     out = []
     for model, impl, kw, batches, ts in plan:
-        if model not in models:
+        if model not in models or (impls and impl not in impls):
             continue
-        saved = int4.MMA
-        int4.MMA = impl != "w4a16_triton" and saved
+        saved = int4.MMA, int4.MMA_SWIGLU, fused.SMALL_PDL
+        int4.MMA = impl != "w4a16_triton" and saved[0]
+        int4.MMA_SWIGLU = impl != "w4a16_mma_noswiglu" and saved[1]
+        fused.SMALL_PDL = impl != "w4a16_mma_nosmallpdl" and saved[2]
         try:
             t0 = time.time()
             cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
@@ -196,6 +223,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
                     "dense_mma": weights.DENSE_MMA, "dense_mma_rows": list(weights.DENSE_MMA_ROWS),
                     "fused_rows": [eng.fused.min_rows, eng.fused.max_rows] if eng.fused else None,
                     "mma_plain": int4.MMA_PLAIN,  # the measured routes of plain calls above mma_rows_tc (so far)
+                    "mma_swiglu": int4.MMA_SWIGLU, "small_pdl": fused.SMALL_PDL,
                     "plain_route": {",".join(map(str, k)): v for k, v in int4._PLAIN_ROUTE.items()}}
             one = None
             for b in batches:
@@ -216,7 +244,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b")) -> list:
             out.append({"model": model, "impl": impl, "error": f"{type(e).__name__}: {e}"[:400],
                         "tb": traceback.format_exc()[-1500:]})
         finally:
-            int4.MMA = saved
+            int4.MMA, int4.MMA_SWIGLU, fused.SMALL_PDL = saved
             eng = None
             gc.collect()
             torch.cuda.empty_cache()
@@ -253,6 +281,7 @@ def main() -> int:
     p.add_argument("--parts", default="build,check,layers,engine")
     p.add_argument("--layer-models", default="qwen2-7b,llama3-8b")
     p.add_argument("--engine-models", default="qwen2-7b,llama3-8b")
+    p.add_argument("--engine-impls", default="", help="plan implementations to run in part engine (default all)")
     p.add_argument("--layer-ms", default=",".join(map(str, TIME_MS)), help="row counts timed in part layers")
     a = p.parse_args()
     parts = set(a.parts.split(","))
@@ -310,7 +339,8 @@ def main() -> int:
             res["engine"] = rows
             save()
 
-        res["engine"] = part_engine(dev, floors, rec, tuple(a.engine_models.split(",")))
+        res["engine"] = part_engine(dev, floors, rec, tuple(a.engine_models.split(",")),
+                                    tuple(v for v in a.engine_impls.split(",") if v))
         res["engine_s"] = time.time() - t
         save()
         for r in res["engine"]:

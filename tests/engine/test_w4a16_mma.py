@@ -367,3 +367,131 @@ def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
         assert y.shape == ref.shape
         assert float((y.float() - ref.float()).norm() / ref.float().norm()) < 5e-3
     assert lin._mma is True
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_swiglu_reference_rounds_as_the_engine_silu_mul(dtype):
+    # the SwiGLU epilogue's oracle is bit-equal to the engine's torch op (silu on the rounded gate, HF's rounding)
+    from workbench.engine import ops
+
+    gu = (torch.randn(5, 2 * 96) * 3).to(dtype)
+    assert torch.equal(mm.swiglu_reference(gu), ops.silu_mul(gu).float())
+    x = torch.randn(3, 256).to(dtype)
+    qw, s, z = _weight(32, 256, 128, dtype, seed=4)
+    plain = mm.reference(x, qw, s, z, 128).to(dtype)
+    assert torch.equal(mm.reference(x, qw, s, z, 128, act="swiglu"), ops.silu_mul(plain).float())
+
+
+def test_gemm_rejects_an_unknown_act_and_a_residual_with_swiglu():
+    qw, s, z = _weight(32, 256, 128, torch.bfloat16)
+    x = torch.randn(2, 256).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="act='gelu'"):
+        mm.gemm(x, qw, s, z, 128, 32, act="gelu")
+    with pytest.raises(ValueError, match="no residual"):
+        mm.gemm(x, qw, s, z, 128, 32, torch.zeros(2, 32).to(torch.bfloat16), act="swiglu")
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_fused_mlp_takes_the_swiglu_epilogue_of_an_mma_gate_up(monkeypatch, on):
+    # with MMA_SWIGLU on, gate_up (an MMA weight) gets the normalized rows and act="swiglu", down gets its [M, I]
+    # output with no prologue and the residual; off, gate_up writes [M, 2 I] and silu_mul runs as its own op
+    from workbench.engine import dispatch, ops
+
+    monkeypatch.setattr(int4, "MMA_SWIGLU", on)
+    cpu = ops.get_ops(torch.device("cpu"))
+    q = torch.randint(0, 16, (64, 256), dtype=torch.uint8)
+    gu = int4.Int4Linear(q, torch.rand(64, 2) * 0.01, torch.full((64, 2), 8.0), torch.bfloat16, "triton:dequant")
+    qd = torch.randint(0, 16, (256, 32), dtype=torch.uint8)
+    dn = int4.Int4Linear(qd, torch.rand(256, 1) * 0.01, torch.full((256, 1), 8.0), torch.bfloat16, "triton:dequant")
+    gu.mma = dn.mma = True
+    calls = []
+    y_gu = torch.randn(4, 64).to(torch.bfloat16)
+
+    def fake_gu(x, residual=None, act="none"):
+        calls.append(("gu", x.clone(), act))
+        return cpu.silu_mul(y_gu) if act == "swiglu" else y_gu
+
+    def fake_dn(x, residual=None, act="none"):
+        calls.append(("dn", x.clone(), residual))
+        return x.new_zeros(x.shape[0], 256)
+
+    monkeypatch.setattr(gu, "_mma", fake_gu)
+    monkeypatch.setattr(dn, "_mma", fake_dn)
+    fz = dispatch.FusedMatmuls(None, None, cpu, 64, 64)
+    x = torch.randn(4, 256).to(torch.bfloat16)
+    nw = torch.rand(256).to(torch.bfloat16) + 0.5
+    fz.mlp(gu, dn, x, nw, 1e-6)
+    assert calls[0][0] == "gu" and torch.equal(calls[0][1], cpu.add_rmsnorm(x, None, nw, 1e-6)[0])
+    assert calls[0][2] == ("swiglu" if on else "none")
+    assert calls[1][0] == "dn" and torch.equal(calls[1][1], cpu.silu_mul(y_gu)) and calls[1][2] is x
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("group", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_swiglu_epilogue_matches_silu_mul_of_the_plain_call_for_every_config(group, dtype):
+    # N = 2 I = 80: a partial last tile of gate / up pairs for RT = 2 and 4; every configuration and row class; the
+    # epilogue against the engine's silu_mul of the same configuration's plain output (the same sums, so equal but
+    # for the float32 exp of silu: at most one unit in the last place of the dtype), and against the oracle
+    from workbench.kernels import fused
+
+    if not mm.available("cuda"):
+        pytest.skip(mm.why_unavailable())
+    n, k = 80, 5 * group
+    qw, s, z = _weight(n, k, group, dtype, seed=group + 1, device="cuda")
+    ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    for m in (1, 2, 9, 17, 33, 64):
+        x = (torch.randn(m, k, device="cuda") * 4).to(dtype)
+        for cfg in mm.configs(n, k, m, group):
+            y = mm.gemm(x, qw, s, z, group, n, cfg=cfg, act="swiglu",
+                        out=torch.full((m, n // 2), float("nan"), device="cuda", dtype=dtype)).float()
+            two = fused.silu_mul(mm.gemm(x, qw, s, z, group, n, cfg=cfg)).float()
+            d = (y - two).abs()
+            assert bool((d <= ulp * two.abs() + 1e-30).all()), (m, cfg, float(d.max()))
+            assert float((d == 0).float().mean()) > 0.98, (m, cfg)
+            ref = mm.reference(x, qw, s, z, group, prescale=mm.prescaled(cfg), act="swiglu")
+            assert float((y - ref).norm() / ref.norm()) < 1e-2, (m, cfg)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_engine_steps_with_the_swiglu_epilogue_match_the_separate_silu_mul(monkeypatch):
+    # a bf16 W4A16 engine (MMA kernel): prefill, one-row decode (unfused path), a 5-row and a 2-row step (fused path)
+    # with SwiGLU in the gate_up kernel against MMA_SWIGLU off; the epilogue must have run in both paths
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from workbench.engine import Engine
+
+    if not mm.available("cuda"):
+        pytest.skip(mm.why_unavailable())
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape) * 0.05)
+    eng = Engine.from_hf(model.to(torch.bfloat16).cuda(), max_batch=2, max_seq=32, use_graphs=False,
+                         w4a16="rtn", w4a16_backend="triton:dequant", group_size=128)
+    eng.set_fused_gemv(True)
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1)).cuda()
+    acts = []
+    real = mm.gemm
+    monkeypatch.setattr(mm, "gemm", lambda *a, **k: acts.append((a[0].shape[0], k.get("act", "none"))) or real(*a, **k))
+
+    def steps():
+        eng.reset()
+        out = [eng.extend_batch([0, 1], ids[:2, :6], torch.tensor([6, 4]))[0]]
+        out.append(eng.extend_batch([0], ids[:1, 6:7])[0])
+        out.append(eng.extend_batch([0], ids[:1, 7:12])[0])
+        out.append(eng.extend_batch([1, 0], ids[:2, 12:13])[:, 0])
+        return torch.cat([o.reshape(-1, o.shape[-1]) for o in out]).float()
+
+    monkeypatch.setattr(int4, "MMA_SWIGLU", True)
+    on = steps()
+    assert {m for m, a in acts if a == "swiglu"} >= {1, 2, 5}, acts
+    acts.clear()
+    monkeypatch.setattr(int4, "MMA_SWIGLU", False)
+    off = steps()
+    assert not any(a == "swiglu" for _, a in acts)
+    torch.testing.assert_close(on, off, atol=3e-2, rtol=3e-2)
+    assert float((on - off).abs().max()) < float(off.abs().max()) * 1e-2

@@ -128,6 +128,16 @@ class FusedMatmuls:
             return self.gemv.gemv(x, lin.w, prologue, norm_weight, eps, residual)
         return self.rows.gemm(x, lin.w, prologue, norm_weight, eps, residual)
 
+    def mlp(self, wgu, wd, x: torch.Tensor, norm_weight, eps: float) -> torch.Tensor:
+        """RMSNorm, gate_up, SwiGLU, down and the residual add: ``x`` ``[M, hidden]`` (the residual stream) ->
+        the next ``x``. Where gate_up is an INT4 weight on the MMA kernel for these rows
+        (:meth:`~workbench.engine.int4.Int4Linear.swiglu_epilogue`), RMSNorm runs first, SwiGLU is that kernel's
+        epilogue, and down takes no prologue; otherwise SwiGLU is down's prologue (:meth:`linear`)."""
+        if isinstance(wgu, Int4Linear) and wgu.swiglu_epilogue(x.shape[0]):
+            h = self.ops.add_rmsnorm(x, None, norm_weight, eps)[0]
+            return self.linear(wd, wgu.swiglu(h, self.ops.silu_mul), residual=x)
+        return self.linear(wd, self.linear(wgu, x, "rmsnorm", norm_weight, eps), "swiglu", residual=x)
+
     def qkv_rope(self, lin, x, norm_weight, eps, bias, cos, sin, wpos, slots, t: int, k_cache, v_cache,
                  n_heads: int, n_kv: int) -> torch.Tensor:
         """RMSNorm + qkv matmul + bias + RoPE + KV-cache write; returns q ``[B, KV, G*T, D]`` (see

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from workbench.engine.int4 import Int4Linear
+
 __all__ = ["forward"]
 
 
@@ -102,12 +104,13 @@ def _out_mlp(eng, st: _Step, lw, o, x, residual):
     eps = eng.spec.rms_eps
     if st.fused is not None:
         x = st.fused.linear(lw.wo, o, residual=x)
-        x = st.fused.linear(lw.wd, st.fused.linear(lw.wgu, x, "rmsnorm", lw.ln2, eps), "swiglu", residual=x)
-        return x, residual
+        return st.fused.mlp(lw.wgu, lw.wd, x, lw.ln2, eps), residual
     x = lw.wo(o)
     if lw.bo is not None:
         x = x + lw.bo
     h, residual = eng.ops.add_rmsnorm(x, residual, lw.ln2, eps)
+    if isinstance(lw.wgu, Int4Linear):  # SwiGLU as the INT4 kernel's epilogue where it has one
+        return lw.wd(lw.wgu.swiglu(h, eng.ops.silu_mul)), residual
     return lw.wd(eng.ops.silu_mul(lw.wgu(h))), residual
 
 

@@ -116,6 +116,11 @@ if not 0 <= MMA_ROWS_TC <= 64:
 # WORKBENCH_INT4_MMA_PLAIN ("0", "1", "auto"; "auto" = "1"), read at import: "0" turns the measurement off.
 MMA_PLAIN: bool | str = tristate_env("WORKBENCH_INT4_MMA_PLAIN")
 _PLAIN_ROUTE: dict = {}  # w4a16_mma.key(...) -> True (MMA kernel) / False (Triton GEMM), filled by warmup
+# gate_up calls that take the MMA kernel (Int4Linear.swiglu: the rows of _plain_mma) write silu(gate) * up from the
+# kernel's epilogue (workbench.kernels.w4a16_mma.gemm act="swiglu", the rounding of the engine's silu_mul) instead of
+# [M, 2 I] for a separate silu_mul kernel: one launch and one [M, 2 I] round trip less per layer.
+# WORKBENCH_INT4_MMA_SWIGLU ("0", "1", "auto"; "auto" = "1"), read at import: "0" turns it off (benchmarks A/B it).
+MMA_SWIGLU: bool | str = tristate_env("WORKBENCH_INT4_MMA_SWIGLU")
 LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
 BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
             "triton:dequant")
@@ -334,11 +339,27 @@ class Int4Linear:
         _PLAIN_ROUTE[kk] = best == "mma"
         return _PLAIN_ROUTE[kk]
 
-    def _mma(self, x: torch.Tensor, residual=None) -> torch.Tensor:
+    def _mma(self, x: torch.Tensor, residual=None, act: str = "none") -> torch.Tensor:
         from workbench.kernels import w4a16_mma
 
         return w4a16_mma.gemm(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, residual,
-                              self._mma_cfg(x))
+                              self._mma_cfg(x), act=act)
+
+    def swiglu_epilogue(self, m: int) -> bool:
+        """:meth:`swiglu` of ``m`` rows runs as one MMA launch with the SwiGLU epilogue: :data:`MMA_SWIGLU` on,
+        an even number of rows of 16-row tiles (``out % 16 == 0``), and the MMA kernel takes ``m`` plain rows
+        (:meth:`_plain_mma`)."""
+        return bool(MMA_SWIGLU) and self.out_features % 16 == 0 and self._plain_mma(m)
+
+    def swiglu(self, x: torch.Tensor, silu_mul) -> torch.Tensor:
+        """``silu_mul(self(x))`` for a gate_up weight (rows ``[gate | up]``): ``x`` ``[M, in]`` in the weight's
+        dtype -> ``[M, out // 2]``. Where :meth:`swiglu_epilogue`, one launch of the MMA kernel with the SwiGLU
+        epilogue (:func:`workbench.kernels.w4a16_mma.gemm` ``act="swiglu"``: the same rounding as the engine's
+        ``silu_mul``, HF's ``act_fn(gate) * up``); otherwise this matmul, then ``silu_mul`` (the engine's op,
+        ``[M, 2 I] -> [M, I]``)."""
+        if x.dtype == self.dtype and self.swiglu_epilogue(x.shape[0]):
+            return self._mma(x, act="swiglu")
+        return silu_mul(self(x))
 
     def _pack_tinygemm(self, q, scales, zeros) -> None:
         packed = ((q[:, ::2] << 4) | q[:, 1::2]).contiguous()

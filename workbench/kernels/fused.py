@@ -17,13 +17,22 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from workbench.kernels.common import use_pdl
 
+# add_rmsnorm and silu_mul launch with programmatic dependent launch where use_pdl allows (as qkv_rope_cache and the
+# matmul kernels do): their launch overlaps the previous kernel's tail, and the next PDL kernel's weight loads overlap
+# theirs. False: plain launches (what ran before; benchmarks A/B it).
+SMALL_PDL = True
+
 
 @triton.jit
 def _add_rmsnorm_kernel(X, R, W, Y, ROUT, n_cols, eps,
-                        HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+                        HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     m = cols < n_cols
+    w = tl.load(W + cols, mask=m, other=0.0)  # (the weight needs no predecessor: before the wait)
+    if PDL:  # programmatic dependent launch: wait for the previous kernel before reading x or writing
+        gdc_launch_dependents()
+        gdc_wait()
     x = tl.load(X + row * n_cols + cols, mask=m, other=0.0)
     if HAS_RES:
         r = tl.load(R + row * n_cols + cols, mask=m, other=0.0)
@@ -32,7 +41,6 @@ def _add_rmsnorm_kernel(X, R, W, Y, ROUT, n_cols, eps,
     xf = x.to(tl.float32)
     var = tl.sum(xf * xf, axis=0) / n_cols
     y = (xf * tl.rsqrt(var + eps)).to(Y.dtype.element_ty)  # HF casts back before the weight
-    w = tl.load(W + cols, mask=m, other=0.0)
     tl.store(Y + row * n_cols + cols, (w.to(tl.float32) * y.to(tl.float32)).to(Y.dtype.element_ty), mask=m)
 
 
@@ -47,9 +55,10 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Te
     y = torch.empty_like(x)
     rout = torch.empty_like(x) if residual is not None else x
     block = triton.next_power_of_2(h)
+    pdl = SMALL_PDL and use_pdl(x.device)
     _add_rmsnorm_kernel[(n,)](x, residual if residual is not None else x, weight, y, rout, h, eps,
-                              HAS_RES=residual is not None, BLOCK=block,
-                              num_warps=8 if block >= 2048 else 4)
+                              HAS_RES=residual is not None, BLOCK=block, PDL=pdl,
+                              num_warps=8 if block >= 2048 else 4, launch_pdl=pdl)
     return y, rout
 
 
@@ -124,7 +133,10 @@ def qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_head
 
 
 @triton.jit
-def _silu_mul_kernel(GU, OUT, inter, BLOCK: tl.constexpr):
+def _silu_mul_kernel(GU, OUT, inter, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < inter
@@ -141,5 +153,7 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     inter = two_i // 2
     out = torch.empty(n, inter, dtype=gu.dtype, device=gu.device)
     block = 1024
-    _silu_mul_kernel[(n, triton.cdiv(inter, block))](gu, out, inter, BLOCK=block, num_warps=4)
+    pdl = SMALL_PDL and use_pdl(gu.device)
+    _silu_mul_kernel[(n, triton.cdiv(inter, block))](gu, out, inter, BLOCK=block, PDL=pdl, num_warps=4,
+                                                     launch_pdl=pdl)
     return out

@@ -90,6 +90,8 @@ WIDE_PRESCALED = 2  # whose bit 0 puts the weights through shared memory and bit
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
+ABI = 2  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue)
+ACTS = {"none": 0, "swiglu": 1}  # output epilogues: none, or SwiGLU on a [gate | up] weight (see gemm)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
 _BEST: dict = {}
 _STATE: dict = {}
@@ -140,14 +142,19 @@ def build(arch: str, out: Path | None = None, nvcc: str | None = None) -> Path:
 
 
 def _load(path: str) -> ctypes.CDLL:
+    """Load a built library; ``AttributeError`` for one built from another revision of the source (missing
+    symbols, or another :data:`ABI`), which the caller then rebuilds."""
     lib = ctypes.CDLL(path)
+    lib.wb_w4mma_abi.restype = ctypes.c_int
+    if lib.wb_w4mma_abi() != ABI:
+        raise AttributeError(f"{path}: launch ABI {lib.wb_w4mma_abi()}, this source has {ABI}: rebuild it")
     lib.wb_w4mma_launch.restype = ctypes.c_int
     lib.wb_w4mma_launch.argtypes = ([ctypes.c_int] * 7 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
-                                    + [ctypes.c_int] * 4 + [ctypes.c_void_p])
+                                    + [ctypes.c_int] * 5 + [ctypes.c_void_p])
     lib.wb_w4mma_variants.restype = ctypes.c_char_p
     lib.wb_w4mma_wide_launch.restype = ctypes.c_int
     lib.wb_w4mma_wide_launch.argtypes = ([ctypes.c_int] * 8 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
-                                         + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
+                                         + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
                                          + [ctypes.c_void_p])
     lib.wb_w4mma_wide_variants.restype = ctypes.c_char_p
     lib.wb_dense_mma_launch.restype = ctypes.c_int
@@ -301,20 +308,30 @@ def key(n: int, k: int, m: int, group: int, dtype: torch.dtype, has_residual: bo
 
 
 def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, group: int, n: int,
-         residual: torch.Tensor | None = None, cfg: tuple | None = None, out: torch.Tensor | None = None):
-    """``[M, n] = x @ w_hat.T (+ residual)`` (see the module docstring).
+         residual: torch.Tensor | None = None, cfg: tuple | None = None, out: torch.Tensor | None = None,
+         act: str = "none"):
+    """``[M, n] = x @ w_hat.T (+ residual)`` (see the module docstring), or with ``act="swiglu"`` on a gate_up
+    weight (rows ``[gate | up]``, ``n = 2 I``) the SwiGLU activation ``[M, I] = silu(gate) * up`` as the engine's
+    ``silu_mul`` computes it from the rounded matmul (Shazeer 2020, arXiv 2002.05202, eq. 6): each 16-row tile
+    reads 8 gate rows and the 8 matching up rows (``wrow`` in the source), so a lane holds both values of an
+    output and the ``[M, n]`` intermediate is never written.
 
     Args: ``x`` ``[M, K]`` bf16 or fp16 (1 <= M <= 64; rows contiguous, 16-byte aligned); ``qw`` ``[n, K // 8]``
     int32 from :func:`~workbench.kernels.int4_layout.pack_int4_gemv`; ``s``, ``z`` (scale, integer zero)
     ``[K // group, n]`` in x's dtype, contiguous; ``residual`` ``[M, n]`` in x's dtype or None; ``cfg = (RT, DEPTH,
     XS, KS)``, or ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (default: tuned for this call, else
     :func:`default_cfg`). A split wide launch takes a ``[SPLIT, M, n]`` float32 workspace from torch's allocator and
-    the device's counters (:func:`_sem`): one stream at a time per device. Returns ``[M, n]`` in x's dtype (or fills
-    ``out``). Raises ``ValueError`` on arguments it does not take and ``RuntimeError`` when the library is
-    unavailable or the launch fails."""
+    the device's counters (:func:`_sem`): one stream at a time per device. Returns ``[M, n]`` (``[M, n // 2]`` for
+    "swiglu") in x's dtype (or fills ``out``). Raises ``ValueError`` on arguments it does not take (an unknown
+    ``act``, "swiglu" with a residual) and ``RuntimeError`` when the library is unavailable or the launch fails."""
     if x.dim() != 2 or x.dtype not in _MAGIC:
         raise ValueError(f"x must be [M, K] bf16 or fp16, got {tuple(x.shape)} {x.dtype}")
+    if act not in ACTS:
+        raise ValueError(f"act={act!r}: choose one of {sorted(ACTS)}")
+    if act != "none" and residual is not None:
+        raise ValueError("the SwiGLU epilogue takes no residual (add it in the down projection)")
     m, k = x.shape
+    n_out = n // 2 if act == "swiglu" else n
     if qw.dtype != torch.int32 or qw.shape != (n, k // 8) or not qw.is_contiguous():
         raise ValueError(f"qw must be contiguous int32 [{n}, {k // 8}], got {tuple(qw.shape)} {qw.dtype}")
     if not supported(n, k, group, x.dtype):
@@ -329,8 +346,8 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     if residual is not None and (residual.shape != (m, n) or residual.dtype != x.dtype
                                  or not residual.is_contiguous()):
         raise ValueError(f"residual must be contiguous {x.dtype} [{m}, {n}], got {tuple(residual.shape)}")
-    if out is not None and (out.shape != (m, n) or out.dtype != x.dtype or not out.is_contiguous()):
-        raise ValueError(f"out must be contiguous {x.dtype} [{m}, {n}], got {tuple(out.shape)} {out.dtype}")
+    if out is not None and (out.shape != (m, n_out) or out.dtype != x.dtype or not out.is_contiguous()):
+        raise ValueError(f"out must be contiguous {x.dtype} [{m}, {n_out}], got {tuple(out.shape)} {out.dtype}")
     if qw.data_ptr() % 16:
         raise ValueError("qw must be 16-byte aligned (a fresh tensor, not an offset view)")
     lib = _lib(x.device) if x.device.type == "cuda" else None
@@ -339,7 +356,7 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     cfg = cfg or _BEST.get(key(n, k, m, group, x.dtype, residual is not None)) or default_cfg(n, k, m, group)
     rt, depth, xs, ks = cfg[:4]
     if out is None:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        out = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
     from workbench.kernels.common import use_pdl
 
     stream = torch.cuda.current_stream(x.device).cuda_stream
@@ -352,13 +369,14 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
             rc = lib.wb_w4mma_wide_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs - WIDE,
                                           ks, split,
                                           x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
-                                          out.data_ptr(), res_ptr, m, n, k, ws.data_ptr() if ws is not None else None,
+                                          out.data_ptr(), res_ptr, m, n, k, ACTS[act],
+                                          ws.data_ptr() if ws is not None else None,
                                           sem.data_ptr() if sem is not None else None, SEM_LEN,
                                           int(use_pdl(x.device)), stream)
         else:
             rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks,
                                      x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
-                                     out.data_ptr(), res_ptr, m, n, k, int(use_pdl(x.device)), stream)
+                                     out.data_ptr(), res_ptr, m, n, k, ACTS[act], int(use_pdl(x.device)), stream)
     if rc:
         raise RuntimeError(f"W4A16 MMA launch failed (code {rc}; -1: no compiled variant for G={group}, "
                            f"MT={m_tiles(m)}, cfg={cfg})")
@@ -405,10 +423,11 @@ def tune(x, qw, s, z, group: int, n: int, residual=None, cfgs=None, l2_bytes: fl
     return best
 
 
-def reference(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> torch.Tensor:
+def reference(x, qw, s, z, group: int, residual=None, prescale: bool = False, act: str = "none") -> torch.Tensor:
     """The oracle: ``w_hat = (q - zero) * scale`` in float32 from the packed words (``prescale``: rounded to x's
     dtype, as the prescaled variants and a dequantize-then-matmul runtime have it), ``x.float() @ w_hat.T``,
-    rounded to x's dtype, then ``+ residual`` rounded again (HF's order). Returns ``[M, N]`` float32."""
+    rounded to x's dtype, then ``+ residual`` rounded again (HF's order), or for ``act="swiglu"``
+    :func:`swiglu_reference` of that. Returns ``[M, N]`` (``[M, N // 2]``) float32."""
     q = unpack_int4_gemv(qw, group).float()
     w_hat = (q - z.float().t().repeat_interleave(group, 1)) * s.float().t().repeat_interleave(group, 1)
     if prescale:
@@ -416,7 +435,19 @@ def reference(x, qw, s, z, group: int, residual=None, prescale: bool = False) ->
     y = (x.float() @ w_hat.t()).to(x.dtype)
     if residual is not None:
         y = (y.float() + residual.float()).to(x.dtype)
+    if act == "swiglu":
+        return swiglu_reference(y)
     return y.float()
+
+
+def swiglu_reference(gu: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of ``gu`` ``[M, 2 I]`` = ``[gate | up]`` in its dtype with the rounding of
+    :func:`workbench.kernels.fused.silu_mul` and HF's ``act_fn(gate) * up`` (silu in float32, rounded, then the
+    product rounded); returns ``[M, I]`` float32."""
+    i = gu.shape[1] // 2
+    g, u = gu[:, :i].float(), gu[:, i:].float()
+    a = (g / (1.0 + torch.exp(-g))).to(gu.dtype).float()
+    return (a * u).to(gu.dtype).float()
 
 
 def slot_columns(group: int) -> torch.Tensor:

@@ -97,6 +97,27 @@ __device__ __forceinline__ uint32_t nib2(uint32_t t) {  // (t & 0x000F000F) | MA
   return d;
 }
 
+// The SwiGLU epilogue (act = 1, gate_up = [gate | up] with N = 2 I rows): virtual row v of the tile grid (16-row
+// tile t = v / 16, e = v % 16) reads weight row 8 t + e (gate) for e < 8 and I + 8 t + e - 8 (up) for e >= 8, so
+// that lane (gid, tig) holds the gate (rows gid) and the up (rows gid + 8) of the same output column 8 t + gid, and
+// the kernel writes silu(gate) * up [M, I] instead of [M, N]. act = 0: row v (rows past N read row N - 1, never
+// stored).
+__device__ __forceinline__ int wrow(int v, int N, int act) {
+  if (!act) return min(v, N - 1);
+  const int I = N >> 1, j = min((v >> 4) * 8 + (v & 7), I - 1);
+  return (v & 8) ? I + j : j;
+}
+
+// silu(gate) * up as the engine's silu_mul computes it (workbench.kernels.fused._silu_mul_kernel, HF's rounding):
+// gate and up rounded to the dtype, silu in float32 rounded, the product rounded
+template <bool BF16>
+__device__ __forceinline__ uint16_t swiglu(float g, float u) {
+  using D = Dt<BF16>;
+  const float gr = D::to_f(D::from_f(g)), ur = D::to_f(D::from_f(u));
+  const float a = D::to_f(D::from_f(gr / (1.0f + __expf(-gr))));
+  return D::from_f(a * ur);
+}
+
 // WPL consecutive 32-bit words, streamed (weights are read once per step: keep them out of L1)
 template <int WPL>
 __device__ __forceinline__ void ld_words(uint32_t (&w)[WPL], const uint32_t* p) {
@@ -328,7 +349,7 @@ struct KsMax {
 template <bool BF16, int MT, int RT>
 __device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red, int ks, int warp, int gid, int tig,
                                        int M, int N, int nbase, uint16_t* __restrict__ out,
-                                       const uint16_t* __restrict__ res) {
+                                       const uint16_t* __restrict__ res, int act = 0) {
   using D = Dt<BF16>;
   constexpr int T = RT * 16;
   float* mine = red + (size_t)warp * M * T;
@@ -347,6 +368,22 @@ __device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red
       }
     }
   __syncthreads();
+  if (act) {  // SwiGLU: slice column r * 16 + e is the gate, + 8 the up of output column (nbase / 16 + r) * 8 + e
+    constexpr int H = T / 2;
+    const int I = N >> 1;
+    for (int i = threadIdx.x; i < M * H; i += blockDim.x) {
+      const int m = i / H, j = i % H, nl = (j >> 3) * 16 + (j & 7), col = (nbase >> 4) * 8 + j;
+      if (col < I) {
+        float g = 0.0f, u = 0.0f;
+        for (int w = 0; w < ks; ++w) {
+          g += red[(size_t)w * M * T + m * T + nl];
+          u += red[(size_t)w * M * T + m * T + nl + 8];
+        }
+        out[(size_t)m * I + col] = swiglu<BF16>(g, u);
+      }
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < M * T; i += blockDim.x) {
     const int m = i / T, nl = i % T, n = nbase + nl;
     if (n < N) {
@@ -363,7 +400,8 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_kernel(co
                                                        const uint32_t* __restrict__ qw,
                                                        const uint16_t* __restrict__ s,
                                                        const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
-                                                       const uint16_t* __restrict__ res, int M, int N, int K) {
+                                                       const uint16_t* __restrict__ res, int M, int N, int K,
+                                                       int act) {
   using D = Dt<BF16>;
   __shared__ float red[KsMax<MT, RT>::value * MT * 8 * RT * 16];  // [warp][m][n_local]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
@@ -374,8 +412,8 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_kernel(co
   int rows[RT][2];
 #pragma unroll
   for (int r = 0; r < RT; ++r) {
-    rows[r][0] = min(nbase + r * 16 + gid, N - 1);  // rows past N (last tile) read row N - 1, never stored
-    rows[r][1] = min(nbase + r * 16 + gid + 8, N - 1);
+    rows[r][0] = wrow(nbase + r * 16 + gid, N, act);  // rows past N (last tile) read row N - 1, never stored
+    rows[r][1] = wrow(nbase + r * 16 + gid + 8, N, act);
   }
 
   Stage<G, MT, RT, XS> ring[DEPTH];
@@ -412,7 +450,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_kernel(co
     }
   }
 
-  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res);
+  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res, act);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -434,7 +472,8 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
                                                              const uint16_t* __restrict__ s,
                                                              const uint16_t* __restrict__ z,
                                                              uint16_t* __restrict__ out,
-                                                             const uint16_t* __restrict__ res, int M, int N, int K) {
+                                                             const uint16_t* __restrict__ res, int M, int N, int K,
+                                                       int act) {
   using D = Dt<BF16>;
   constexpr int WPL = G / 32, CH = WPL / 4, C = RT * 2 * CH;  // 16-byte chunks per lane per group
   extern __shared__ uint4 wring[];                            // [warp][DEPTH][C][32]
@@ -451,7 +490,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
   for (int r = 0; r < RT; ++r)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      rows[r][h] = min(nbase + r * 16 + gid + 8 * h, N - 1);
+      rows[r][h] = wrow(nbase + r * 16 + gid + 8 * h, N, act);
       wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
     }
   uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
@@ -532,7 +571,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
   }
   cp_async_wait<0>();
 
-  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res);
+  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res, act);
 }
 
 // the wide kernel's activation tile per group: 8 MT rows of G columns, each row padded by 16 XW bytes so that a
@@ -561,7 +600,7 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
                                                          const uint16_t* __restrict__ s,
                                                          const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
                                                          const uint16_t* __restrict__ res, int M, int N, int K,
-                                                         float* __restrict__ ws, int* __restrict__ sem) {
+                                                         float* __restrict__ ws, int* __restrict__ sem, int act) {
   using D = Dt<BF16>;
   constexpr bool WS = WSM & 1, PS = (WSM & 2) != 0;
   constexpr int XROW = WideTile<G, MT>::XROW, TILE = WideTile<G, MT>::TILE, CPR = G / 8;
@@ -581,7 +620,7 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
   for (int r = 0; r < RT; ++r)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      rows[r][h] = min(nbase + r * 16 + gid + 8 * h, N - 1);  // rows past N read row N - 1, never stored
+      rows[r][h] = wrow(nbase + r * 16 + gid + 8 * h, N, act);  // rows past N read row N - 1, never stored
       wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
     }
   uint4* wring = xsm4 + (size_t)DEPTH * TILE * 2 / 16 + (size_t)warp * DEPTH * C * 32;
@@ -687,16 +726,29 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
     if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
     out[(size_t)m * N + n] = D::from_f(y);
   };
+  // fragment (r, mt)'s four values y: the output (act: y[i] is the gate and y[i + 2] the up of row 8 mt + 2 tig + i,
+  // output column (nbase / 16 + r) * 8 + gid; see wrow)
+  auto emit = [&](int r, int mt, const float (&y)[4]) {
+    if (act) {
+      const int I = N >> 1, col = ((nbase >> 4) + r) * 8 + gid;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int m = mt * 8 + 2 * tig + i;
+        if (m < M && col < I) out[(size_t)m * I + col] = swiglu<BF16>(y[i], y[i + 2]);
+      }
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
+      if (m < M && n < N) store(m, n, y[i]);
+    }
+  };
   if (S == 1) {
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
-          if (m < M && n < N) store(m, n, acc[r][mt][i]);
-        }
+      for (int mt = 0; mt < MT; ++mt) emit(r, mt, acc[r][mt]);
     return;
   }
 #pragma unroll
@@ -717,16 +769,17 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
 #pragma unroll
   for (int r = 0; r < RT; ++r)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
+      float y[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
-        if (m < M && n < N) {
-          float y = 0.0f;
-          for (int t = 0; t < S; ++t) y += (t == sp) ? acc[r][mt][i] : __ldcg(ws + ((size_t)t * M + m) * N + n);
-          store(m, n, y);
-        }
+        y[i] = 0.0f;
+        if (m < M && n < N)
+          for (int t = 0; t < S; ++t) y[i] += (t == sp) ? acc[r][mt][i] : __ldcg(ws + ((size_t)t * M + m) * N + n);
       }
+      emit(r, mt, y);
+    }
   if (threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
 }
 
@@ -749,11 +802,12 @@ cudaError_t raise_smem(F* fn, std::atomic<unsigned>& raised, size_t need, size_t
 
 template <bool BF16, int G, int MT, int RT, int DEPTH, int WS>
 int launch_wide(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
-                int M, int N, int K, int w, int split, void* ws, void* sem, int sem_len, int pdl,
+                int M, int N, int K, int act, int w, int split, void* ws, void* sem, int sem_len, int pdl,
                 cudaStream_t stream) {
   const int tiles = (N + 16 * RT * w - 1) / (16 * RT * w);
   if (w < 1 || w > 8 || split < 1 || split > K / G || (split > 1 && (ws == nullptr || sem == nullptr || tiles > sem_len)))
     return (int)cudaErrorInvalidValue;
+  if (act && (res != nullptr || N % 16)) return (int)cudaErrorInvalidValue;  // SwiGLU: no residual, I % 8 == 0
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(tiles, split);
   cfg.blockDim = dim3(32 * w);
@@ -772,7 +826,7 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   }
   const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, (const uint16_t*)x, sx,
                                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
-                                           (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem);
+                                           (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem, act);
   if (e != cudaSuccess) cudaGetLastError();
   return (int)e;
 }
@@ -896,7 +950,7 @@ int launch_dense(const void* x, int sx, const void* w, void* out, const void* re
 
 template <bool BF16, int G, int MT, int RT, int DEPTH, int XS>
 int launch_one(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
-               int M, int N, int K, int ks, int pdl, cudaStream_t stream) {
+               int M, int N, int K, int act, int ks, int pdl, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((N + 16 * RT - 1) / (16 * RT));
   cfg.blockDim = dim3(32 * ks);
@@ -909,6 +963,7 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   cfg.numAttrs = 1;
   cudaError_t e = cudaSuccess;
   if (ks < 1 || ks > KsMax<MT, RT>::value) return (int)cudaErrorInvalidValue;
+  if (act && (res != nullptr || N % 16)) return (int)cudaErrorInvalidValue;  // SwiGLU: no residual, I % 8 == 0
   if constexpr (XS == 2) {
     constexpr int C = RT * 2 * (G / 128);
     const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
@@ -921,11 +976,11 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
     cfg.dynamicSmemBytes = smem;
     e = cudaLaunchKernelEx(&cfg, w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, (const uint16_t*)x, sx,
                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z, (uint16_t*)out,
-                           (const uint16_t*)res, M, N, K);
+                           (const uint16_t*)res, M, N, K, act);
   } else {
     e = cudaLaunchKernelEx(&cfg, w4a16_mma_kernel<BF16, G, MT, RT, DEPTH, XS == 1>, (const uint16_t*)x, sx,
                            (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z, (uint16_t*)out,
-                           (const uint16_t*)res, M, N, K);
+                           (const uint16_t*)res, M, N, K, act);
   }
   if (e != cudaSuccess) cudaGetLastError();  // a failed launch: clear it (the caller raises with the code)
   return (int)e;
@@ -947,12 +1002,12 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
 
 extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, int xs, int ks, const void* x, int sx,
                                const void* qw, const void* s, const void* z, void* out, const void* res, int M,
-                               int N, int K, int pdl, void* stream) {
+                               int N, int K, int act, int pdl, void* stream) {
   cudaStream_t st = (cudaStream_t)stream;
 #define WB_CASE(G_, MT_, RT_, D_, XS_)                                                                        \
   if (group == G_ && mt == MT_ && rt == RT_ && depth == D_ && xs == XS_)                                       \
-    return bf16 ? launch_one<true, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, ks, pdl, st)   \
-                : launch_one<false, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, ks, pdl, st);
+    return bf16 ? launch_one<true, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, act, ks, pdl, st)   \
+                : launch_one<false, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, act, ks, pdl, st);
   WB_W4MMA_VARIANTS(WB_CASE)
 #undef WB_CASE
   return -1;  // no such variant
@@ -971,13 +1026,14 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
 extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int wsm, int w, int split,
                                     const void* x,
                                     int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
-                                    int M, int N, int K, void* ws, void* sem, int sem_len, int pdl, void* stream) {
+                                    int M, int N, int K, int act, void* ws, void* sem, int sem_len, int pdl,
+                                    void* stream) {
   cudaStream_t st = (cudaStream_t)stream;
 #define WB_WCASE(G_, MT_, RT_, D_, WS_)                                                                       \
   if (group == G_ && mt == MT_ && rt == RT_ && depth == D_ && wsm == WS_)                                      \
-    return bf16 ? launch_wide<true, G_, MT_, RT_, D_, WS_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws,  \
+    return bf16 ? launch_wide<true, G_, MT_, RT_, D_, WS_>(x, sx, qw, s, z, out, res, M, N, K, act, w, split, ws,  \
                                                            sem, sem_len, pdl, st)                              \
-                : launch_wide<false, G_, MT_, RT_, D_, WS_>(x, sx, qw, s, z, out, res, M, N, K, w, split, ws, \
+                : launch_wide<false, G_, MT_, RT_, D_, WS_>(x, sx, qw, s, z, out, res, M, N, K, act, w, split, ws, \
                                                             sem, sem_len, pdl, st);
   WB_W4WIDE_VARIANTS(WB_WCASE)
 #undef WB_WCASE
@@ -1012,6 +1068,9 @@ extern "C" const char* wb_dense_mma_variants() {  // "MT,CH,DEPTH;..."
   return WB_DENSE_VARIANTS(WB_DSTR);
 #undef WB_DSTR
 }
+
+// the launch functions' argument list, checked by the loader (2: the act argument of the SwiGLU epilogue)
+extern "C" int wb_w4mma_abi() { return 2; }
 
 extern "C" int wb_w4mma_ks_max(int mt, int rt) {  // KsMax<MT, RT> for the loader
   const int a = (mt * rt >= 4) ? 8 : 16, b = 64 / (mt * rt);
