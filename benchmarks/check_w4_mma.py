@@ -17,7 +17,8 @@ by side with the other kernels, and engine steps.
 (d) ``engine``: decode ms per step at batch 1..64 and verify steps T = 3, 5, 9 of random-init Qwen2-7B (and
     Llama-3-8B at batch 1 / 16 / 64, SmolLM2-135M g64 at batch 1 / 8): bf16, W4A16 RTN with the MMA kernel, and
     W4A16 with the Triton kernels (``int4.MMA = False``); the MMA path with the SwiGLU epilogue off
-    (``int4.MMA_SWIGLU``) and with plain launches of add_rmsnorm / silu_mul (``fused.SMALL_PDL``), Qwen2-7B;
+    (``int4.MMA_SWIGLU``), with plain launches of add_rmsnorm / silu_mul (``fused.SMALL_PDL``), and with an INT4
+    lm_head (``_lmhead``); bf16 with the dense MMA kernel for 2..16 rows (``weights.DENSE_MMA``), Qwen2-7B;
     ``--engine-impls`` picks some; floors as ``bench_decode.decode_floor_ms``.
 
 (e) ``spec``: synthetic-acceptance speculative decoding (``benchmarks.bench_spec``), Qwen2-7B bf16 and W4A16
@@ -200,9 +201,12 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) 
             ("qwen2-7b", "w4a16_mma", {"w4a16": True}, (1, 2, 4, 8, 16, 32, 64), (3, 5, 9)),
             ("qwen2-7b", "w4a16_triton", {"w4a16": True}, (1, 8, 16, 64), (5, 9)),
             ("qwen2-7b", "w4a16_mma_noswiglu", {"w4a16": True}, (1, 16, 32, 64), (9,)),
-            ("qwen2-7b", "w4a16_mma_nosmallpdl", {"w4a16": True}, (1, 16, 32, 64), (9,)),
+            ("qwen2-7b", "w4a16_mma_nosmallpdl", {"w4a16": True}, (1, 8, 16, 32, 64), (3, 9)),
+            ("qwen2-7b", "w4a16_mma_lmhead", {"w4a16": True, "quantize_lm_head": True}, (1, 16, 64), ()),
+            ("qwen2-7b", "bf16_dense_mma", {}, (2, 8, 16), (3, 5, 9)),
             ("llama3-8b", "bf16", {}, (1, 16, 64), (9,)),
             ("llama3-8b", "w4a16_mma", {"w4a16": True}, (1, 16, 64), (9,)),
+            ("llama3-8b", "w4a16_mma_lmhead", {"w4a16": True, "quantize_lm_head": True}, (1,), ()),
             ("smollm2-135m", "bf16", {}, (1, 8), (5, 9)),
             ("smollm2-135m", "w4a16_mma", {"w4a16": True, "group_size": 64}, (1, 8), (5, 9)),
             ("smollm2-135m", "w4a16_triton", {"w4a16": True, "group_size": 64}, (1, 8), (5, 9))]
@@ -210,10 +214,11 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) 
     for model, impl, kw, batches, ts in plan:
         if model not in models or (impls and impl not in impls):
             continue
-        saved = int4.MMA, int4.MMA_SWIGLU, fused.SMALL_PDL
+        saved = int4.MMA, int4.MMA_SWIGLU, fused.SMALL_PDL, weights.DENSE_MMA
         int4.MMA = impl != "w4a16_triton" and saved[0]
         int4.MMA_SWIGLU = impl != "w4a16_mma_noswiglu" and saved[1]
         fused.SMALL_PDL = impl != "w4a16_mma_nosmallpdl" and saved[2]
+        weights.DENSE_MMA = True if impl == "bf16_dense_mma" else saved[3]
         try:
             t0 = time.time()
             cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
@@ -244,7 +249,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) 
             out.append({"model": model, "impl": impl, "error": f"{type(e).__name__}: {e}"[:400],
                         "tb": traceback.format_exc()[-1500:]})
         finally:
-            int4.MMA, int4.MMA_SWIGLU, fused.SMALL_PDL = saved
+            int4.MMA, int4.MMA_SWIGLU, fused.SMALL_PDL, weights.DENSE_MMA = saved
             eng = None
             gc.collect()
             torch.cuda.empty_cache()

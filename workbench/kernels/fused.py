@@ -18,9 +18,22 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from workbench.kernels.common import use_pdl
 
 # add_rmsnorm and silu_mul launch with programmatic dependent launch where use_pdl allows (as qkv_rope_cache and the
-# matmul kernels do): their launch overlaps the previous kernel's tail, and the next PDL kernel's weight loads overlap
-# theirs. False: plain launches (what ran before; benchmarks A/B it).
+# matmul kernels do) and their grid has at most one program per SM (_small_pdl): their launch overlaps the previous
+# kernel's tail, and the next PDL kernel's weight loads overlap theirs. A larger grid launched early holds warp slots
+# on every SM while it waits, which the previous kernel's last waves need: on the H200 (benchmarks/results/
+# h200_2026-12-03c/, Qwen2-7B W4A16) PDL on both kernels took the batch-1 step from 2.388 to 2.167 ms but batch 32
+# (silu_mul: 608 programs of 4 warps after the Triton gate_up GEMM) from 4.781 to 4.959. False: plain launches always
+# (benchmarks A/B it).
 SMALL_PDL = True
+
+
+def _small_pdl(device: torch.device, programs: int) -> bool:
+    """Launch a small kernel of ``programs`` programs with PDL: :data:`SMALL_PDL`, :func:`use_pdl`, and at most one
+    program per SM."""
+    if not (SMALL_PDL and use_pdl(device)):
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    return programs <= torch.cuda.get_device_properties(idx).multi_processor_count
 
 
 @triton.jit
@@ -55,7 +68,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Te
     y = torch.empty_like(x)
     rout = torch.empty_like(x) if residual is not None else x
     block = triton.next_power_of_2(h)
-    pdl = SMALL_PDL and use_pdl(x.device)
+    pdl = _small_pdl(x.device, n)
     _add_rmsnorm_kernel[(n,)](x, residual if residual is not None else x, weight, y, rout, h, eps,
                               HAS_RES=residual is not None, BLOCK=block, PDL=pdl,
                               num_warps=8 if block >= 2048 else 4, launch_pdl=pdl)
@@ -153,7 +166,7 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     inter = two_i // 2
     out = torch.empty(n, inter, dtype=gu.dtype, device=gu.device)
     block = 1024
-    pdl = SMALL_PDL and use_pdl(gu.device)
+    pdl = _small_pdl(gu.device, n * triton.cdiv(inter, block))
     _silu_mul_kernel[(n, triton.cdiv(inter, block))](gu, out, inter, BLOCK=block, PDL=pdl, num_warps=4,
                                                      launch_pdl=pdl)
     return out
