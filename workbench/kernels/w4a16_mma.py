@@ -26,8 +26,7 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   writes ``[M, 16 RT]`` outputs (+ residual with HF's rounding:
   ``bf16(bf16(x @ W.T) + residual)``); ``DEPTH`` groups in flight per warp in a register ring; programmatic
   dependent launch (the first groups' weights are loaded before ``griddepcontrol.wait``); the weight ring lives in
-  registers, or (``XS = 2``) in a per-warp shared-memory ring filled by ``cp.async``, with each group's activations
-  beside it (rows padded against bank conflicts; read after a ``__syncwarp``).
+  registers, or (``XS = 2``) in a per-warp shared-memory ring filled by ``cp.async``.
 
 * **the wide kernel** (``XS`` >= :data:`WIDE`; configurations ``(RT, DEPTH, XS, W, SPLIT)``): the split kernels
   give each CTA one tile of weight rows, so every CTA reads all of x (at 64 rows 16x the weight bytes, from L2).

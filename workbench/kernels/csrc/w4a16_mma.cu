@@ -228,8 +228,7 @@ __device__ __forceinline__ void ld_xs(uint32_t (&v)[XW], const uint16_t* p) {
 // PS (prescaled): the dequantized weight is rounded to x's dtype once, w_hat = dtype((q - zero) * scale) (one packed
 // multiply after the subtraction, as Marlin does), and the MMAs accumulate into acc directly: no per-group float32
 // partial, half the accumulator registers, no per-group scaling. Otherwise the partial keeps w_hat exact.
-// CL (with SM): the tile holds only rows < M, and lanes of rows >= M read row M - 1 (products in columns never stored)
-template <bool BF16, int G, int MT, int RT, bool XS, bool SM = false, bool PS = false, bool CL = false>
+template <bool BF16, int G, int MT, int RT, bool XS, bool SM = false, bool PS = false>
 __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&acc)[RT][MT][4],
                                         const uint16_t* __restrict__ x, int sx, int M, int grp, int gid, int tig) {
   using D = Dt<BF16>;
@@ -278,8 +277,7 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t xv[2][XW];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          ld_xs<XW>(xv[h], x + (CL ? min(mt * 8 + gid, M - 1) : mt * 8 + gid) * sx + tig * WPL + (2 * B + h) * (G / 8));
+        for (int h = 0; h < 2; ++h) ld_xs<XW>(xv[h], x + (mt * 8 + gid) * sx + tig * WPL + (2 * B + h) * (G / 8));
 #pragma unroll
         for (int p = 0; p < NP; ++p)
 #pragma unroll
@@ -463,19 +461,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N_>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N_) : "memory"); }
 
-// The same arithmetic as w4a16_mma_kernel, with the weights and the activations in flight in shared memory instead
-// of registers (XS = 2 in the variant list): each warp keeps a private ring of DEPTH groups, filled by cp.async: the
-// weights 16 bytes a lane, laid out [stage][chunk][lane] so that a warp's reads are conflict-free (each lane reads
-// only what it copied), and the group's [M, G] activations, rows padded to XROW elements so that the fragment reads
-// (8 rows x 4 lanes) fall into distinct banks (read after a __syncwarp: the lanes copy each other's fragments).
-// Scales and zeros ride in a register ring. More bytes in flight per register than the register ring, which at one
-// row left the large matrices at about half the read bandwidth; x through shared memory drops the register copy of
-// each group's activation fragments (and its zero fill for rows >= M).
-template <int G>
-struct AsyncX {
-  static constexpr int XROW = G + 8 * (G / 64);  // elements per activation row of a stage (16-byte multiple)
-};
-
+// The same arithmetic as w4a16_mma_kernel, with the weights in flight in shared memory instead of registers
+// (XS = 2 in the variant list): each warp keeps a private ring of DEPTH groups, filled by cp.async (16 bytes a lane,
+// laid out [stage][chunk][lane] so that a warp's reads are conflict-free); scales and zeros ride in a register
+// ring, the activations are loaded one group ahead into registers. More bytes in flight per register than the
+// register ring, which at one row left the large matrices at about half the read bandwidth.
 template <bool BF16, int G, int MT, int RT, int DEPTH>
 __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
                                                              const uint32_t* __restrict__ qw,
@@ -483,10 +473,10 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
                                                              const uint16_t* __restrict__ z,
                                                              uint16_t* __restrict__ out,
                                                              const uint16_t* __restrict__ res, int M, int N, int K,
-                                                             int act) {
+                                                       int act) {
+  using D = Dt<BF16>;
   constexpr int WPL = G / 32, CH = WPL / 4, C = RT * 2 * CH;  // 16-byte chunks per lane per group
-  constexpr int XROW = AsyncX<G>::XROW, CPR = G / 8;           // activation row stride, 16-byte chunks per row
-  extern __shared__ uint4 wring[];  // [warp][DEPTH][C][32] weights, then [warp][DEPTH][M][XROW] activations
+  extern __shared__ uint4 wring[];                            // [warp][DEPTH][C][32]
   __shared__ float red[KsMax<MT, RT>::value * MT * 8 * RT * 16];  // [warp][m][n_local]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
@@ -494,7 +484,6 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
   const int g0 = (int)(((long long)warp * NG) / ks), g1 = (int)(((long long)(warp + 1) * NG) / ks);
   const int nbase = blockIdx.x * (16 * RT);
   uint4* ring = wring + (size_t)warp * DEPTH * C * 32;
-  uint16_t* xring = reinterpret_cast<uint16_t*>(wring + (size_t)ks * DEPTH * C * 32) + (size_t)warp * DEPTH * M * XROW;
   const uint32_t* wp[RT][2];
   int rows[RT][2];
 #pragma unroll
@@ -515,13 +504,6 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
         for (int c = 0; c < CH; ++c)
           cp_async16(&ring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * (G / 8) + 4 * c);
   };
-  auto issue_x = [&](int slot, int grp) {  // the group's [M, G] activations, 16 bytes a copy, spread over the lanes
-    uint16_t* dst = xring + slot * M * XROW;
-    for (int i = lane; i < M * CPR; i += 32) {
-      const int m = i / CPR, c = i - m * CPR;
-      cp_async16(dst + m * XROW + c * 8, x + (size_t)m * sx + (size_t)grp * G + c * 8);
-    }
-  };
   auto load_sz = [&](uint16_t (&sv)[RT][2], uint16_t (&zv)[RT][2], int grp) {
 #pragma unroll
     for (int r = 0; r < RT; ++r)
@@ -531,8 +513,6 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
         zv[r][h] = __ldg(z + (size_t)grp * N + rows[r][h]);
       }
   };
-  // commit groups: the DEPTH first groups' weights (before the wait: they need no predecessor), then their
-  // activations; from then on one group (weights + activations of the group DEPTH ahead) per step
 #pragma unroll
   for (int d = 0; d < DEPTH; ++d) {
     if (g0 + d < g1) {
@@ -545,12 +525,8 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-#pragma unroll
-  for (int d = 0; d < DEPTH; ++d) {
-    if (g0 + d < g1) issue_x(d, g0 + d);
-    cp_async_commit();
-  }
-  Stage<G, MT, RT, false> cur;
+  Stage<G, MT, RT, true> cur, nx;
+  if (g0 < g1) load_x(cur, x, sx, M, g0, gid, tig);
 
   float acc[RT][MT][4];
 #pragma unroll
@@ -565,8 +541,8 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
     for (int d = 0; d < DEPTH; ++d) {
       const int grp = base + d;
       if (grp < g1) {
-        cp_async_wait<DEPTH - 1>();  // this lane's copies of group grp (weights and activations) have landed
-        __syncwarp();                // and every lane's (the activation fragments were copied by other lanes)
+        cp_async_wait<DEPTH - 1>();  // the oldest group (this one) has landed
+        if (grp + 1 < g1) load_x(nx, x, sx, M, grp + 1, gid, tig);
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -582,14 +558,13 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
             cur.s[r][h] = sr[d][r][h];
             cur.z[r][h] = zr[d][r][h];
           }
-        compute<BF16, G, MT, RT, false, true, false, true>(cur, acc, xring + d * M * XROW, XROW, M, 0, gid, tig);
-        __syncwarp();  // every lane is done with this slot's activations before it is refilled
-        // refill this slot with the group DEPTH ahead
+        compute<BF16>(cur, acc, x, sx, M, grp, gid, tig);
+        // refill this slot (its reads are done: the MMAs above consumed them) with the group DEPTH ahead
         if (grp + DEPTH < g1) {
           issue(d, grp + DEPTH);
-          issue_x(d, grp + DEPTH);
           load_sz(sr[d], zr[d], grp + DEPTH);
         }
+        cur = nx;
       }
       cp_async_commit();  // one group per step, also when empty: wait_group counts stay aligned
     }
@@ -991,7 +966,7 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   if (act && (res != nullptr || N % 16)) return (int)cudaErrorInvalidValue;  // SwiGLU: no residual, I % 8 == 0
   if constexpr (XS == 2) {
     constexpr int C = RT * 2 * (G / 128);
-    const size_t smem = (size_t)ks * DEPTH * C * 32 * 16 + (size_t)ks * DEPTH * M * AsyncX<G>::XROW * 2;
+    const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
     constexpr size_t stat = (size_t)KsMax<MT, RT>::value * MT * 8 * RT * 16 * 4;  // the reduction slices
     if (smem + stat > 48 * 1024) {  // the dynamic shared-memory limit is a per-device function attribute
       static std::atomic<unsigned> raised{0};
