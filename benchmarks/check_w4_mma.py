@@ -18,7 +18,7 @@ by side with the other kernels, and engine steps.
     Llama-3-8B at batch 1 / 16 / 64, SmolLM2-135M g64 at batch 1 / 8): bf16, W4A16 RTN with the MMA kernel, and
     W4A16 with the Triton kernels (``int4.MMA = False``); the MMA path with the SwiGLU epilogue off
     (``int4.MMA_SWIGLU``), with plain launches of add_rmsnorm / silu_mul (``fused.SMALL_PDL``), and with an INT4
-    lm_head (``_lmhead``); bf16 with the dense MMA kernel for 2..16 rows (``weights.DENSE_MMA``), Qwen2-7B;
+    lm_head (``_lmhead``); bf16 with cuBLAS for every row count (``weights.DENSE_MMA`` off), Qwen2-7B;
     ``--engine-impls`` picks some; floors as ``bench_decode.decode_floor_ms``.
 
 (e) ``spec``: synthetic-acceptance speculative decoding (``benchmarks.bench_spec``), Qwen2-7B bf16 and W4A16
@@ -203,7 +203,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) 
             ("qwen2-7b", "w4a16_mma_noswiglu", {"w4a16": True}, (1, 16, 32, 64), (9,)),
             ("qwen2-7b", "w4a16_mma_nosmallpdl", {"w4a16": True}, (1, 8, 16, 32, 64), (3, 9)),
             ("qwen2-7b", "w4a16_mma_lmhead", {"w4a16": True, "quantize_lm_head": True}, (1, 16, 64), ()),
-            ("qwen2-7b", "bf16_dense_mma", {}, (2, 8, 16), (3, 5, 9)),
+            ("qwen2-7b", "bf16_cublas", {}, (2, 8), (3, 5)),
             ("llama3-8b", "bf16", {}, (1, 16, 64), (9,)),
             ("llama3-8b", "w4a16_mma", {"w4a16": True}, (1, 16, 64), (9,)),
             ("llama3-8b", "w4a16_mma_lmhead", {"w4a16": True, "quantize_lm_head": True}, (1,), ()),
@@ -218,7 +218,7 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) 
         int4.MMA = impl != "w4a16_triton" and saved[0]
         int4.MMA_SWIGLU = impl != "w4a16_mma_noswiglu" and saved[1]
         fused.SMALL_PDL = impl != "w4a16_mma_nosmallpdl" and saved[2]
-        weights.DENSE_MMA = True if impl == "bf16_dense_mma" else saved[3]
+        weights.DENSE_MMA = False if impl == "bf16_cublas" else saved[3]
         try:
             t0 = time.time()
             cfg = CONFIGS.get(model) or dict(RANDOM_CONFIGS[model])
@@ -243,6 +243,9 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) 
                 out.append({**base, "verify_T": t, "ms": ms, "floor_ms": fl, "x_floor": ms / fl,
                             "x_decode_b1": ms / one if one else None})
                 rec(out)
+            # the MMA configurations the engine's calls used, per (N, K, row class, group, dtype, residual)
+            out.append({"model": model, "impl": impl, "mma_best": {",".join(map(str, k)): list(v)
+                                                                   for k, v in mm._BEST.items()}})
         except Exception as e:  # noqa: BLE001
             import traceback
 
@@ -349,6 +352,8 @@ def main() -> int:
         res["engine_s"] = time.time() - t
         save()
         for r in res["engine"]:
+            if "mma_best" in r:
+                continue
             what = f"B={r['batch']}" if "batch" in r else f"T={r.get('verify_T')}"
             print(f"  {r['model']:10s} {r['impl']:13s} {what:5s} {r.get('ms', float('nan')):7.3f} ms "
                   f"x{r.get('x_floor', float('nan')):.2f} {r.get('x_decode_b1') or ''} {r.get('error', '')}",

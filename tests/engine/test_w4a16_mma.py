@@ -336,15 +336,15 @@ def test_cuda_dense_gemm_matches_reference_for_every_config(dtype):
                 assert torch.equal(y, mm.dense_gemm(x, w, r, cfg).float())
 
 
-def test_dense_routing_is_off_by_default_and_cpu_calls_stay_on_linear(monkeypatch):
-    # the engine keeps cuBLAS for bf16 unless WORKBENCH_DENSE_MMA says otherwise (measured: no engine gain); with it
-    # on, a CPU call (or a row count outside DENSE_MMA_ROWS) still runs F.linear and never asks for the library
+def test_dense_routing_is_on_for_two_to_eight_rows_and_cpu_calls_stay_on_linear(monkeypatch):
+    # the engine takes the dense MMA kernel for 2..8 bf16 rows by default (measured: batch 2 and verify T = 3 / 5
+    # faster, 9..16 rows slower); with it on, a CPU call still runs F.linear and never asks for the library
     import os
 
     from workbench.engine import weights
 
     if not os.environ.get("WORKBENCH_DENSE_MMA", "").strip():
-        assert weights.DENSE_MMA is False
+        assert weights.DENSE_MMA == "auto" and weights.DENSE_MMA_ROWS == (2, 8)
     monkeypatch.setattr(weights, "DENSE_MMA", True)
     w = torch.randn(32, 64)
     lin = weights.Dense(w)

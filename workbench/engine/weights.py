@@ -14,7 +14,6 @@ a label saying why.
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass, field
 
@@ -27,15 +26,17 @@ from workbench.engine.runtime import InputScaled, fuse_params, quant_matmul, qua
 QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model's Linears run (weights_from_hf)
 
 
-# few-row calls of bf16 / fp16 weights on CUDA can go to the hand-written tensor-core kernel
+# few-row calls of bf16 / fp16 weights on CUDA go to the hand-written tensor-core kernel
 # (workbench.kernels.w4a16_mma.dense_gemm) for DENSE_MMA_ROWS = (lo, hi) token rows, where its library builds and the
-# weight's shape is one it takes; everything else is cuBLAS (F.linear). Off by default: on the H200 (Qwen2-7B,
-# benchmarks/results/h200_2026-12-03/) it was 5% faster than cuBLAS per layer at 2..8 rows (126.1 vs 133.3 us at
-# M = 8: the small qkv / o matmuls, where cuBLAS is 1.5-2.2x its floor) and slower from 16, and the engine's steps
-# did not gain (batch 8 4.447 vs 4.504 ms, verify T = 3 / 9 4.847 / 5.096 vs 4.673 / 4.879). True / "auto" (on where
-# available) turns it on; WORKBENCH_DENSE_MMA ("0", "1", "auto"; unset: off), read at import, overrides it.
-DENSE_MMA: bool | str = tristate_env("WORKBENCH_DENSE_MMA") if os.environ.get("WORKBENCH_DENSE_MMA", "").strip() else False
-DENSE_MMA_ROWS = (2, 16)
+# weight's shape is one it takes; everything else is cuBLAS (F.linear). On the H200 (Qwen2-7B) it was 5% faster than
+# cuBLAS per layer at 2..8 rows (126.1 vs 133.3 us at M = 8: the small qkv / o matmuls, where cuBLAS is 1.5-2.2x its
+# floor) and slower from 16 (benchmarks/results/h200_2026-12-03/); the engine's steps gained nothing then, but with
+# add_rmsnorm / silu_mul launched with PDL (workbench.kernels.fused.SMALL_PDL) behind it, they did
+# (benchmarks/results/h200_2026-12-03c/: batch 2 4.039 vs 4.269 ms, verify T = 3 / 5 4.433 / 4.546 vs 4.628 /
+# 4.788; batch 8 equal; 9..16 rows slower, so those stay on cuBLAS). "auto" (the default): on where available;
+# False: cuBLAS always. WORKBENCH_DENSE_MMA ("0", "1", "auto"), read at import, overrides it.
+DENSE_MMA: bool | str = tristate_env("WORKBENCH_DENSE_MMA")
+DENSE_MMA_ROWS = (2, 8)
 
 
 class Dense:
