@@ -12,7 +12,9 @@ by side with the other kernels, and engine steps.
 (c) ``layers``: per layer matmul and M in 1, 2, 4, 8, 16, 32, 64 (Qwen2-7B and Llama-3-8B shapes, lm_head
     included), us under CUDA-graph replay with the weights rotated over >= 300 MB (L2 holds none): the MMA
     kernel (tuned per call), the dense (bf16) MMA kernel of the same library (tuned), cuBLAS bf16, torch's tinygemm, the Triton INT4 tensor-core GEMM (``rows.gemm_int4``,
-    its default configuration) and, at M = 1, the Triton CUDA-core GEMV (tuned); floors = bytes / read bandwidth
+    its default configuration), on gate_up the MMA kernel with its SwiGLU epilogue (``mma_swiglu``) and followed by
+    the engine's ``silu_mul`` (``mma_then_silu``), and, at M = 1, the Triton CUDA-core GEMV (tuned); floors = bytes
+    / read bandwidth
     (``benchmarks.common.measure_floors``), and the FLOPs term.
 (d) ``engine``: decode ms per step at batch 1..64 and verify steps T = 3, 5, 9 of random-init Qwen2-7B (and
     Llama-3-8B at batch 1 / 16 / 64, SmolLM2-135M g64 at batch 1 / 8): bf16, W4A16 RTN with the MMA kernel, and

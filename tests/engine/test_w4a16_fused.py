@@ -237,7 +237,10 @@ def test_tune_fused_times_the_fused_call_and_the_engine_uses_its_choice(monkeypa
     # another group size of the same shape does not reuse this entry
     q2, s2, z2 = quantize_rtn_int4(torch.randn(N, k, generator=gen) / 8, 32)
     lin32 = Int4Linear(q2, s2, z2, torch.float32, backend="triton:dequant", device=DEV)
-    assert lin32._fused_cfg(x, "rmsnorm", nw, EPS, r, None) == w4a16.DEFAULT  # (CPU: not tuned, the default)
+    key32 = w4a16.fused_key(N, k, 32, lin32.int_zero, torch.float32, "rmsnorm", True, None)
+    assert key32 != key and key32 not in w4a16._BEST
+    if DEV == "cpu":  # (the interpreter does not tune: the default; on CUDA the call would tune its own entry)
+        assert lin32._fused_cfg(x, "rmsnorm", nw, EPS, r, None) == w4a16.DEFAULT
     monkeypatch.setattr(w4a16, "gemv_fused", real)
     seen = []
     monkeypatch.setattr(w4a16, "gemv_fused", lambda *a, **kw: seen.append(a[11]) or real(*a, **kw))

@@ -23,9 +23,10 @@ not a multiple of 128)
 
 Where the CUDA W4A16 kernel applies (:mod:`workbench.kernels.w4a16_mma`, ``Int4Linear.mma``) it takes 1..16 rows of a
 weight the tensor-core GEMM takes (G = 128, ...) and 2..64 rows of one it does not (G = 64; one row stays on the fused
-CUDA-core GEMV there): the engine then runs RMSNorm / SwiGLU and the qkv RoPE + KV write as their own kernels
-before and after it (it has a residual epilogue only), and one-row steps of a G = 128 model take the unfused path
-(``Int4Linear.one_row_gemv`` is False for such a weight).
+CUDA-core GEMV there): the engine then runs RMSNorm and the qkv RoPE + KV write as their own kernels before and
+after it (it has a residual epilogue, and on gate_up a SwiGLU epilogue: :meth:`FusedMatmuls.mlp`,
+``Int4Linear.swiglu``, :data:`workbench.engine.int4.MMA_SWIGLU`, in the unfused path too), and one-row steps of a
+G = 128 model take the unfused path (``Int4Linear.one_row_gemv`` is False for such a weight).
 
 with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
 the epilogue of o and down. Steps of more rows (prefill) and models with a matmul no fused kernel takes (an o_proj

@@ -32,8 +32,10 @@ QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model
 # cuBLAS per layer at 2..8 rows (126.1 vs 133.3 us at M = 8: the small qkv / o matmuls, where cuBLAS is 1.5-2.2x its
 # floor) and slower from 16 (benchmarks/results/h200_2026-12-03/); the engine's steps gained nothing then, but with
 # add_rmsnorm / silu_mul launched with PDL (workbench.kernels.fused.SMALL_PDL) behind it, they did
-# (benchmarks/results/h200_2026-12-03c/: batch 2 4.039 vs 4.269 ms, verify T = 3 / 5 4.433 / 4.546 vs 4.628 /
-# 4.788; batch 8 equal; 9..16 rows slower, so those stay on cuBLAS). "auto" (the default): on where available;
+# (benchmarks/results/h200_2026-12-03c/async_attempt_engine.json: batch 2 4.039 vs 4.269 ms, verify T = 3 / 5
+# 4.433 / 4.546 vs 4.628 / 4.788, batch 8 equal, 16 rows 5.153 vs 4.450, so 9..16 rows stay on cuBLAS; with 2..8
+# rows, final_engine.json: batch 2 4.087 vs 4.355, 8 4.425 vs 4.455, T = 3 / 5 4.462 / 4.507 vs 4.544 / 4.627).
+# "auto" (the default): on where available;
 # False: cuBLAS always. WORKBENCH_DENSE_MMA ("0", "1", "auto"), read at import, overrides it.
 DENSE_MMA: bool | str = tristate_env("WORKBENCH_DENSE_MMA")
 DENSE_MMA_ROWS = (2, 8)

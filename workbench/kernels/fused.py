@@ -21,9 +21,10 @@ from workbench.kernels.common import use_pdl
 # matmul kernels do) and their grid has at most one program per SM (_small_pdl): their launch overlaps the previous
 # kernel's tail, and the next PDL kernel's weight loads overlap theirs. A larger grid launched early holds warp slots
 # on every SM while it waits, which the previous kernel's last waves need: on the H200 (benchmarks/results/
-# h200_2026-12-03c/, Qwen2-7B W4A16) PDL on both kernels took the batch-1 step from 2.388 to 2.167 ms but batch 32
-# (silu_mul: 608 programs of 4 warps after the Triton gate_up GEMM) from 4.781 to 4.959. False: plain launches always
-# (benchmarks A/B it).
+# h200_2026-12-03c/call1_engine.json, Qwen2-7B W4A16) PDL on both kernels for every grid took the batch-1 step from
+# 2.388 to 2.167 ms but batch 32 (silu_mul: 608 programs of 4 warps after the Triton gate_up GEMM) from 4.781 to
+# 4.959; with the one-program-per-SM bound (final_engine.json) batch 1 2.163 vs 2.373 ms off, 8 2.404 vs 2.541,
+# 32 4.617 vs 4.752, 64 7.440 vs 7.502. False: plain launches always (benchmarks A/B it).
 SMALL_PDL = True
 
 
