@@ -352,6 +352,35 @@ def test_dense_routing_is_on_for_two_to_eight_rows_and_cpu_calls_stay_on_linear(
     assert torch.equal(lin(x), x @ w.t()) and lin._mma is None
 
 
+def test_dense_route_is_measured_once_per_shape_and_row_class_and_cublas_during_capture(monkeypatch):
+    # the kernel is used only where it timed faster than cuBLAS: the winner of fastest_config (faked here) decides,
+    # once per (shape, row class, dtype), timed at the class's largest row count within DENSE_MMA_ROWS; inside graph
+    # capture an unmeasured shape takes cuBLAS and nothing is cached
+    from workbench.engine import weights
+    from workbench.kernels import timing
+
+    monkeypatch.setattr(weights, "_DENSE_ROUTE", {})
+    monkeypatch.setattr(mm, "_DENSE_BEST", {})
+    tuned, timed = [], []
+    monkeypatch.setattr(mm, "dense_tune", lambda x, w, *a, **k: tuned.append(tuple(x.shape)) or (1, 2, 4))
+    winner = {64: "cublas", 128: "mma"}
+
+    def fake_fastest(configs, run, ws, ref, timings=None, what=""):
+        timed.append((what, tuple(configs)))
+        return winner[ws[0][0].shape[1]]
+
+    monkeypatch.setattr(timing, "fastest_config", fake_fastest)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a CPU build raises there)
+    a = weights.Dense(torch.randn(32, 64).to(torch.bfloat16))
+    b = weights.Dense(torch.randn(32, 128).to(torch.bfloat16))
+    assert a._route(3) is False and a._route(8) is False and b._route(2) is True
+    assert tuned == [(8, 64), (8, 128)]  # the configuration tuned at the class's largest row count (8)
+    assert timed == [("bf16 8-row route", ("mma", "cublas"))] * 2  # once per shape and class
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    c = weights.Dense(torch.randn(32, 256).to(torch.bfloat16))
+    assert c._route(4) is False and len(timed) == 2 and len(weights._DENSE_ROUTE) == 2
+
+
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
     from workbench.engine import weights
@@ -359,6 +388,7 @@ def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
     if not mm.available("cuda"):
         pytest.skip(mm.why_unavailable())
     monkeypatch.setattr(weights, "DENSE_MMA", True)
+    monkeypatch.setattr(weights, "_DENSE_ROUTE", {})
     w = (torch.randn(256, 512, device="cuda") * 0.05).to(torch.bfloat16)
     lin = weights.Dense(w)
     for m in (1, 3, 9, 17):
@@ -366,7 +396,7 @@ def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
         y, ref = lin(x), torch.nn.functional.linear(x, w)
         assert y.shape == ref.shape
         assert float((y.float() - ref.float()).norm() / ref.float().norm()) < 5e-3
-    assert lin._mma is True
+    assert lin._mma is True and list(weights._DENSE_ROUTE) == [mm.dense_key(256, 512, 8, torch.bfloat16, False)]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -35,15 +35,19 @@ QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model
 # (benchmarks/results/h200_2026-12-03c/async_attempt_engine.json: batch 2 4.039 vs 4.269 ms, verify T = 3 / 5
 # 4.433 / 4.546 vs 4.628 / 4.788, batch 8 equal, 16 rows 5.153 vs 4.450, so 9..16 rows stay on cuBLAS; with 2..8
 # rows, final_engine.json: batch 2 4.087 vs 4.355, 8 4.425 vs 4.455, T = 3 / 5 4.462 / 4.507 vs 4.544 / 4.627).
-# "auto" (the default): on where available;
+# Those were Qwen2-7B shapes: for any other weight the kernel is used only where Dense._route timed it faster than
+# cuBLAS (once per shape and row class, at the class's largest row count; _DENSE_ROUTE), so a shape where cuBLAS wins
+# keeps cuBLAS. "auto" (the default): on where available (the library compiles at the first use, ~90 s, cached);
 # False: cuBLAS always. WORKBENCH_DENSE_MMA ("0", "1", "auto"), read at import, overrides it.
 DENSE_MMA: bool | str = tristate_env("WORKBENCH_DENSE_MMA")
 DENSE_MMA_ROWS = (2, 8)
+_DENSE_ROUTE: dict = {}  # w4a16_mma.dense_key(N, K, rows, dtype, False) -> True (the kernel) / False (cuBLAS)
 
 
 class Dense:
     """``y = x @ w.T`` for ``w`` ``[out, in]``: cuBLAS, or for :data:`DENSE_MMA_ROWS` rows on CUDA the dense MMA
-    kernel (:data:`DENSE_MMA`; its configuration tuned once per shape and row class, outside graph capture)."""
+    kernel (:data:`DENSE_MMA`; its configuration tuned once per shape and row class, outside graph capture) where
+    :meth:`_route` measured it faster than cuBLAS."""
 
     def __init__(self, w: torch.Tensor):
         self.w = w
@@ -54,9 +58,36 @@ class Dense:
         if DENSE_MMA and DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1] and x.is_cuda and x.dtype == self.w.dtype:
             if self._mma is None:
                 self._mma = self._mma_applies()
-            if self._mma:
+            if self._mma and self._route(m):
                 return self._mma_call(x.reshape(m, x.shape[-1])).reshape(*x.shape[:-1], self.w.shape[0])
         return F.linear(x, self.w)
+
+    def _route(self, m: int) -> bool:
+        """Whether calls of ``m`` rows take the dense MMA kernel: the kernel (tuned) timed against cuBLAS once per
+        shape and row class, at the class's largest row count within :data:`DENSE_MMA_ROWS`, with the weight rotated
+        over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); cached in
+        :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached."""
+        from workbench.kernels import w4a16_mma as mm
+        from workbench.kernels.timing import fastest_config
+
+        n, k = self.w.shape
+        rows = min(8 * mm.m_tiles(m), DENSE_MMA_ROWS[1])
+        key = mm.dense_key(n, k, rows, self.w.dtype, False)
+        if key in _DENSE_ROUTE:
+            return _DENSE_ROUTE[key]
+        if torch.cuda.is_current_stream_capturing():
+            return False
+        x = torch.randn(rows, k, device=self.w.device, dtype=self.w.dtype)
+        cfg = mm._DENSE_BEST.get(key) or mm.dense_tune(x, self.w)  # (the configuration _mma_call will use)
+        copies = max(1, -(-128_000_000 // self.nbytes()))
+        ws = [(self.w,)] + [(self.w.clone(),) for _ in range(copies - 1)]
+        ref = (x.float() @ self.w.float().t()).to(x.dtype).float()
+
+        def run(wi, which):
+            return mm.dense_gemm(x, wi[0], None, cfg) if which == "mma" else F.linear(x, wi[0])
+
+        _DENSE_ROUTE[key] = fastest_config(["mma", "cublas"], run, ws, ref, None, f"bf16 {rows}-row route") == "mma"
+        return _DENSE_ROUTE[key]
 
     def _mma_applies(self) -> bool:
         from workbench.kernels import w4a16_mma as mm

@@ -49,8 +49,8 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
 * **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
   and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
   fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
-  at 2..8 rows, slower from 16; the engine keeps cuBLAS unless ``WORKBENCH_DENSE_MMA=1``
-  (:data:`workbench.engine.weights.DENSE_MMA`).
+  at 2..8 rows, slower from 16; the engine takes it for 2..8 rows where it timed faster than cuBLAS for the shape
+  (:data:`workbench.engine.weights.DENSE_MMA`, ``Dense._route``; ``WORKBENCH_DENSE_MMA=0``: cuBLAS always).
 
 Measured on the H200 (``benchmarks/RESULTS.md``, late-night section): the fastest INT4 kernel here at 1..16 rows
 per layer (Qwen2-7B, one layer's four matmuls: 57.8 us at one row against the Triton GEMV's 65.2 and the 4-bit
