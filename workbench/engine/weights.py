@@ -81,7 +81,7 @@ class Dense:
         cfg = mm._DENSE_BEST.get(key) or mm.dense_tune(x, self.w)  # (the configuration _mma_call will use)
         copies = max(1, -(-128_000_000 // self.nbytes()))
         ws = [(self.w,)] + [(self.w.clone(),) for _ in range(copies - 1)]
-        ref = (x.float() @ self.w.float().t()).to(x.dtype).float()
+        ref = F.linear(x, self.w).float()  # (no float32 copy of the weight: an lm_head's would be GBs)
 
         def run(wi, which):
             return mm.dense_gemm(x, wi[0], None, cfg) if which == "mma" else F.linear(x, wi[0])
@@ -106,12 +106,14 @@ class Dense:
         return mm.dense_gemm(x, self.w, None, cfg)
 
     def warmup(self, max_m: int = 4) -> None:
-        """Tune the dense MMA kernel now for each row class (2..8, 9..16 rows) of :data:`DENSE_MMA_ROWS` up to
-        ``max_m`` rows, outside graph capture. No-op off CUDA or where the kernel is off or does not apply."""
+        """Measure the route (:meth:`_route`) and tune the dense MMA kernel now for each row class of
+        :data:`DENSE_MMA_ROWS`, outside graph capture, whatever ``max_m`` (the engine's batch): verify steps of
+        speculative decoding take up to 9 rows at batch 1. No-op off CUDA or where the kernel is off or does not
+        apply."""
         if not DENSE_MMA or not self.w.is_cuda:
             return
-        for m in (2, 9, 17, 33):  # one call per row class: __call__ decides whether the kernel applies and tunes it
-            if DENSE_MMA_ROWS[0] <= m <= min(max_m, DENSE_MMA_ROWS[1]):
+        for m in (2, 9, 17, 33):  # one call per row class: __call__ decides whether the kernel applies and routes it
+            if DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1]:
                 self(torch.randn(m, self.w.shape[1], device=self.w.device, dtype=self.w.dtype))
 
     def nbytes(self) -> int:

@@ -619,7 +619,8 @@ def dense_tune(x, w, residual=None, cfgs=None, l2_bytes: float = 128e6, timings:
         return _DENSE_BEST[kk]
     copies = max(1, -(-int(l2_bytes) // w.nbytes))
     ws = [(w,)] + [(w.clone(),) for _ in range(copies - 1)]
-    ref = (x.float() @ w.float().t()).to(x.dtype)
+    step = 8192  # the float32 reference in blocks of output rows (a whole lm_head in float32 would take GBs)
+    ref = torch.cat([x.float() @ w[i:i + step].float().t() for i in range(0, n, step)], 1).to(x.dtype)
     if residual is not None:
         ref = (ref.float() + residual.float()).to(x.dtype)
     best = fastest_config(cfgs or dense_configs(n, k, m, x.device.index or 0),
