@@ -367,6 +367,7 @@ def test_dense_route_is_measured_once_per_shape_and_row_class_and_cublas_during_
 
     def fake_fastest(configs, run, ws, ref, timings=None, what=""):
         timed.append((what, tuple(configs)))
+        assert torch.equal(run(ws[-1], "cublas").float(), ref)  # the cuBLAS candidate is the reference's matmul
         return winner[ws[0][0].shape[1]]
 
     monkeypatch.setattr(timing, "fastest_config", fake_fastest)
@@ -379,6 +380,12 @@ def test_dense_route_is_measured_once_per_shape_and_row_class_and_cublas_during_
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     c = weights.Dense(torch.randn(32, 256).to(torch.bfloat16))
     assert c._route(4) is False and len(timed) == 2 and len(weights._DENSE_ROUTE) == 2
+    # a kernel that cannot be tuned for a shape: that class stays on cuBLAS, with a warning
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(mm, "dense_tune", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no configuration ran")))
+    with pytest.warns(UserWarning, match="cuBLAS instead"):
+        assert c._route(4) is False
+    assert weights._DENSE_ROUTE[mm.dense_key(32, 256, 8, torch.bfloat16, False)] is False
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")

@@ -66,7 +66,8 @@ class Dense:
         """Whether calls of ``m`` rows take the dense MMA kernel: the kernel (tuned) timed against cuBLAS once per
         shape and row class, at the class's largest row count within :data:`DENSE_MMA_ROWS`, with the weight rotated
         over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); cached in
-        :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached."""
+        :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached. A kernel
+        that fails to tune or launch here (``RuntimeError``) routes the class to cuBLAS, with a warning."""
         from workbench.kernels import w4a16_mma as mm
         from workbench.kernels.timing import fastest_config
 
@@ -78,16 +79,22 @@ class Dense:
         if torch.cuda.is_current_stream_capturing():
             return False
         x = torch.randn(rows, k, device=self.w.device, dtype=self.w.dtype)
-        cfg = mm._DENSE_BEST.get(key) or mm.dense_tune(x, self.w)  # (the configuration _mma_call will use)
-        copies = max(1, -(-128_000_000 // self.nbytes()))
-        ws = [(self.w,)] + [(self.w.clone(),) for _ in range(copies - 1)]
-        ref = F.linear(x, self.w).float()  # (no float32 copy of the weight: an lm_head's would be GBs)
+        try:
+            cfg = mm._DENSE_BEST.get(key) or mm.dense_tune(x, self.w)  # (the configuration _mma_call will use)
+            copies = max(1, -(-128_000_000 // self.nbytes()))
+            ws = [(self.w,)] + [(self.w.clone(),) for _ in range(copies - 1)]
+            ref = F.linear(x, self.w).float()  # (no float32 copy of the weight: an lm_head's would be GBs)
 
-        def run(wi, which):
-            return mm.dense_gemm(x, wi[0], None, cfg) if which == "mma" else F.linear(x, wi[0])
+            def run(wi, which):
+                return mm.dense_gemm(x, wi[0], None, cfg) if which == "mma" else F.linear(x, wi[0])
 
-        _DENSE_ROUTE[key] = fastest_config(["mma", "cublas"], run, ws, ref, None, f"bf16 {rows}-row route") == "mma"
-        return _DENSE_ROUTE[key]
+            won = fastest_config(["mma", "cublas"], run, ws, ref, None, f"bf16 {rows}-row route") == "mma"
+        except RuntimeError as e:
+            warnings.warn(f"dense MMA kernel off for N={n}, K={k}, {rows} rows (cuBLAS instead): {str(e)[:200]}",
+                          stacklevel=3)
+            won = False
+        _DENSE_ROUTE[key] = won
+        return won
 
     def _mma_applies(self) -> bool:
         from workbench.kernels import w4a16_mma as mm
