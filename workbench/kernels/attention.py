@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from workbench.kernels.common import use_pdl
+from workbench.kernels.common import sm_count, use_pdl
 
 _LOG2E = 1.4426950408889634
 
@@ -144,8 +144,7 @@ def _combine_kernel(PO, PM, PL, O, QPOS, T, KV, M, so_b, so_h, so_m,
 
 @functools.cache
 def _sm_count() -> int:
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count \
-        if torch.cuda.is_available() else 132  # CPU (interpreter): an H200's count
+    return sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else 132  # CPU: an H200's count
 
 
 def num_splits_for(batch: int, n_kv: int, s_cache: int, block_s: int = 32, target: int | None = None) -> int:

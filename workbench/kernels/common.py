@@ -33,6 +33,12 @@ def _pdl_capable(index: int) -> bool:
     return torch.cuda.get_device_capability(index) >= (9, 0)
 
 
+@functools.cache
+def sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device ``index`` (cached)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def use_pdl(device: torch.device) -> bool:
     """Launch with programmatic dependent launch (CUDA, compute capability >= 9.0, not the interpreter;
     ``WB_PDL=0`` or ``PDL_ENABLED = False`` turns it off). See ``griddepcontrol`` in the PTX ISA; Triton's

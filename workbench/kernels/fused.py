@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from workbench.kernels.common import use_pdl
+from workbench.kernels.common import sm_count, use_pdl
 
 # add_rmsnorm and silu_mul launch with programmatic dependent launch where use_pdl allows (as qkv_rope_cache and the
 # matmul kernels do) and their grid has at most one program per SM (_small_pdl): their launch overlaps the previous
@@ -33,8 +33,7 @@ def _small_pdl(device: torch.device, programs: int) -> bool:
     program per SM."""
     if not (SMALL_PDL and use_pdl(device)):
         return False
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    return programs <= torch.cuda.get_device_properties(idx).multi_processor_count
+    return programs <= sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 @triton.jit
