@@ -315,7 +315,7 @@ class Int4Linear:
         and return whether the MMA kernel won. CUDA, outside graph capture."""
         from workbench.kernels import rows
         from workbench.kernels import w4a16_mma as mm
-        from workbench.kernels.timing import fastest_config
+        from workbench.kernels.timing import fastest_config, weight_copies
 
         kk = self._plain_key(m)
         if kk in _PLAIN_ROUTE:
@@ -327,9 +327,7 @@ class Int4Linear:
         cfg = mm._BEST.get(plain)  # the configuration _mma_cfg will use (tuned already where MMA_ROWS_TC ends inside)
         if cfg is None:
             cfg = mm._BEST[plain] = mm.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, res)
-        copies = max(1, -(-128_000_000 // self.qw.nbytes))
-        ws = [(self.qw, self.s_t, self.z_t)] + [(self.qw.clone(), self.s_t.clone(), self.z_t.clone())
-                                                 for _ in range(copies - 1)]
+        ws = weight_copies((self.qw, self.s_t, self.z_t))
         ref = mm.reference(x, self.qw, self.s_t, self.z_t, self.group_size, res)
 
         def run(w, which):

@@ -69,7 +69,7 @@ class Dense:
         :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached. A kernel
         that fails to tune or launch here (``RuntimeError``) routes the class to cuBLAS, with a warning."""
         from workbench.kernels import w4a16_mma as mm
-        from workbench.kernels.timing import fastest_config
+        from workbench.kernels.timing import fastest_config, weight_copies
 
         n, k = self.w.shape
         rows = min(8 * mm.m_tiles(m), DENSE_MMA_ROWS[1])
@@ -81,8 +81,7 @@ class Dense:
         x = torch.randn(rows, k, device=self.w.device, dtype=self.w.dtype)
         try:
             cfg = mm._DENSE_BEST.get(key) or mm.dense_tune(x, self.w)  # (the configuration _mma_call will use)
-            copies = max(1, -(-128_000_000 // self.nbytes()))
-            ws = [(self.w,)] + [(self.w.clone(),) for _ in range(copies - 1)]
+            ws = weight_copies((self.w,))
             ref = F.linear(x, self.w).float()  # (no float32 copy of the weight: an lm_head's would be GBs)
 
             def run(wi, which):

@@ -7,6 +7,14 @@ import statistics
 import torch
 
 
+def weight_copies(tensors: tuple, l2_bytes: float = 128e6) -> list:
+    """``tensors`` (a weight and its companions: scales, zeros) followed by clones of them, enough copies of the
+    first tensor to exceed ``l2_bytes`` (at least one), so that a timing loop rotating over them reads from DRAM as a
+    decode step does. Returns a list of tuples (``[tensors, clone_1, ...]``)."""
+    copies = max(1, -(-int(l2_bytes) // tensors[0].nbytes))
+    return [tuple(tensors)] + [tuple(t.clone() for t in tensors) for _ in range(copies - 1)]
+
+
 def cuda_graph_ms(fn, inner: int = 20, reps: int = 10) -> float:
     """Median time (ms) of one ``fn()`` call, replayed from a CUDA graph of ``inner`` calls and timed
     with device events over ``reps`` replays (launch gaps as small as in a captured decode step).

@@ -40,7 +40,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from workbench.kernels.common import rope_args, rope_rows, split_k_locks, store_row, use_pdl
 from workbench.kernels.gemv import reference as _bf16_reference
 from workbench.kernels.int4_layout import unpack_int4_gemv
-from workbench.kernels.timing import fastest_config
+from workbench.kernels.timing import fastest_config, weight_copies
 
 
 @triton.jit
@@ -513,18 +513,13 @@ def tune(x, qw, s, z, group: int, n: int, int_zero: bool = True, configs=None, l
     key = gemv_key(n, x.shape[1], x.shape[0], group, int_zero, x.dtype)
     if key in _BEST and timings is None:
         return _BEST[key]
-    ws = _copies(qw, s, z, l2_bytes)
+    ws = weight_copies((qw, s, z), l2_bytes)
     ref = gemv(x, qw, s, z, group, n, (32, 1, 2, 4, 1), int_zero).float()  # the unsplit path, for a check
     best = fastest_config(configs or default_configs(x.shape[1], group),
                           lambda w, cfg: gemv(x, *w, group, n, cfg, int_zero), ws, ref,
                           timings, f"W4A16 GEMV (N={n}, K={x.shape[1]}, M={x.shape[0]})")
     _BEST[key] = best
     return best
-
-
-def _copies(qw, s, z, l2_bytes: float) -> list:
-    copies = max(1, -(-int(l2_bytes) // qw.nbytes))
-    return [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
 
 
 def fused_key(n: int, k: int, group: int, int_zero: bool, dtype: torch.dtype, prologue: str, has_residual: bool,
@@ -551,7 +546,7 @@ def tune_fused(x, qw, s, z, group: int, n: int, prologue: str = "none", norm_wei
     key = fused_key(n, k, group, int_zero, x.dtype, prologue, residual is not None, rope)
     if key in _BEST and timings is None:
         return _BEST[key]
-    ws = _copies(qw, s, z, l2_bytes)
+    ws = weight_copies((qw, s, z), l2_bytes)
 
     def run(w, cfg):
         return gemv_fused(x, *w, group, n, prologue, norm_weight, eps, residual, rope, cfg, int_zero)

@@ -405,14 +405,13 @@ def tune(x, qw, s, z, group: int, n: int, residual=None, cfgs=None, l2_bytes: fl
     over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); cache the fastest
     in :data:`_BEST` under :func:`key` and return it. Needs CUDA; call outside graph capture. Raises
     ``RuntimeError`` when no configuration runs and matches :func:`reference` within 1%."""
-    from workbench.kernels.timing import fastest_config
+    from workbench.kernels.timing import fastest_config, weight_copies
 
     m, k = x.shape
     kk = key(n, k, m, group, x.dtype, residual is not None)
     if kk in _BEST and timings is None:
         return _BEST[kk]
-    copies = max(1, -(-int(l2_bytes) // qw.nbytes))
-    ws = [(qw, s, z)] + [(qw.clone(), s.clone(), z.clone()) for _ in range(copies - 1)]
+    ws = weight_copies((qw, s, z), l2_bytes)
     step = 8192  # the float32 reference in blocks of output rows (a whole lm_head would take several GB)
     ref = torch.cat([reference(x, qw[i:i + step], s[:, i:i + step], z[:, i:i + step], group,
                                None if residual is None else residual[:, i:i + step]) for i in range(0, n, step)], 1)
@@ -610,15 +609,14 @@ def dense_tune(x, w, residual=None, cfgs=None, l2_bytes: float = 128e6, timings:
     """Time ``cfgs`` (default :func:`dense_configs`) under CUDA-graph replay with ``w`` rotated over enough copies
     that L2 holds none; cache the fastest (per N, K, row class, dtype, residual) and return it. Raises
     ``RuntimeError`` when no configuration matches ``x.float() @ w.float().T`` (rounded) within 1%."""
-    from workbench.kernels.timing import fastest_config
+    from workbench.kernels.timing import fastest_config, weight_copies
 
     m, k = x.shape
     n = w.shape[0]
     kk = dense_key(n, k, m, x.dtype, residual is not None)
     if kk in _DENSE_BEST and timings is None:
         return _DENSE_BEST[kk]
-    copies = max(1, -(-int(l2_bytes) // w.nbytes))
-    ws = [(w,)] + [(w.clone(),) for _ in range(copies - 1)]
+    ws = weight_copies((w,), l2_bytes)
     step = 8192  # the float32 reference in blocks of output rows (a whole lm_head in float32 would take GBs)
     ref = torch.cat([x.float() @ w[i:i + step].float().t() for i in range(0, n, step)], 1).to(x.dtype)
     if residual is not None:
