@@ -67,7 +67,7 @@ def test_emulated_prescaled_arithmetic_matches_the_rounded_dequantized_weight(dt
 def test_slot_columns_cover_each_column_of_a_group_once():
     for g in mm.GROUPS:
         cols = mm.slot_columns(g)
-        assert cols.shape == (4, 4, g // 64, 2, 2)
+        assert cols.shape == (4, g // 16, 2, 2)
         assert torch.equal(cols.flatten().sort().values, torch.arange(g))
 
 

@@ -449,18 +449,32 @@ def swiglu_reference(gu: torch.Tensor) -> torch.Tensor:
     return (a * u).to(gu.dtype).float()
 
 
+def mma_sources(group: int) -> tuple:
+    """The kernel's MMAs of one group, in its order: for each, ``((B, word, shift), (B, word, shift))`` for the
+    k-slots ``2 tig + e`` (half 0) and ``2 tig + 8 + e`` (half 1): the lane's words ``word``, ``word + 1`` (``e`` =
+    0, 1) gathered at byte ``B`` by ``prmt``, shifted right by ``shift`` bits before the ``lop3`` (nibble
+    ``2B + shift / 4``). G >= 128 (four or more words a lane: ``compute``'s QUAD map in ``csrc/w4a16_mma.cu``):
+    pairs ``(B, j)`` of two MMAs, nibble ``2B`` then ``2B + 1``, each with words ``4j, 4j+1`` in half 0 and
+    ``4j+2, 4j+3`` in half 1, so that an MMA's B fragment is four consecutive activations of one chunk. G = 64:
+    one MMA per byte, nibble ``2B`` in half 0 and ``2B + 1`` in half 1 (words 0, 1). ``group // 16`` MMAs."""
+    wpl = group // 32
+    if wpl >= 4:
+        return tuple(((b, 4 * j, 4 * hb), (b, 4 * j + 2, 4 * hb))
+                     for b in range(4) for j in range(wpl // 4) for hb in range(2))
+    return tuple(((b, 0, 0), (b, 0, 4)) for b in range(4))
+
+
 def slot_columns(group: int) -> torch.Tensor:
-    """The kernel's K map: ``cols[tig, B, p, half, e]`` = the column (within a group) that k-slot ``2 tig + e``
-    (``half`` 0) or ``2 tig + 8 + e`` (``half`` 1) of MMA ``(B, p)`` multiplies, for ``tig`` 0..3, byte ``B``
-    0..3, word pair ``p`` 0..G/64 - 1 (as in ``csrc/w4a16_mma.cu``: nibble ``2B + half`` of the lane's word
-    ``tig G/32 + 2p + e``). Every column of a group appears once."""
+    """The kernel's K map: ``cols[tig, i, half, e]`` = the column (within a group) that k-slot ``2 tig + e``
+    (``half`` 0) or ``2 tig + 8 + e`` (``half`` 1) of the group's MMA ``i`` (:func:`mma_sources`' order) multiplies,
+    for ``tig`` 0..3: nibble ``2B + shift / 4`` of the lane's word ``tig G/32 + word + e`` (nibble ``c`` of word ``w``
+    of a group is column ``c G/8 + w``, :func:`workbench.kernels.int4_layout.pack_int4_gemv`). Shape
+    ``[4, G/16, 2, 2]``; every column of a group appears once."""
     wb, wpl = group // 8, group // 32
-    tig = torch.arange(4).view(4, 1, 1, 1, 1)
-    b = torch.arange(4).view(1, 4, 1, 1, 1)
-    p = torch.arange(wpl // 2).view(1, 1, -1, 1, 1)
-    half = torch.arange(2).view(1, 1, 1, 2, 1)
-    e = torch.arange(2).view(1, 1, 1, 1, 2)
-    return (2 * b + half) * wb + tig * wpl + 2 * p + e
+    src = torch.tensor([[[2 * b + sh // 4, w] for b, w, sh in m] for m in mma_sources(group)])  # [G/16, 2, 2]
+    tig = torch.arange(4).view(4, 1, 1, 1)
+    e = torch.arange(2).view(1, 1, 1, 2)
+    return src[None, :, :, 0, None] * wb + tig * wpl + src[None, :, :, 1, None] + e
 
 
 def _bf16_bits_to_float(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -470,40 +484,48 @@ def _bf16_bits_to_float(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def emulate(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> torch.Tensor:
     """The kernel's arithmetic on the CPU, step by step as ``csrc/w4a16_mma.cu`` does it: for each group and
-    MMA ``(B, p)``, the lane's words are gathered by ``prmt`` (selector ``B * 0x1111 + 0x4400``), nibble pairs
-    ORed under the exponent bits (``lop3``, before and after a 4-bit shift), ``base + zero`` subtracted in x's
-    dtype, the products with the activations at :func:`slot_columns` summed in float32 per group, scaled,
-    accumulated; then HF's rounding (and residual). ``prescale``: the wide kernel's prescaled variants
-    (:data:`WIDE_PRESCALED`): ``q - zero`` is multiplied by the scale in x's dtype (round to nearest) and the
-    products accumulate in float32 without a per-group partial. Returns ``[M, N]`` float32, for the tests to
+    MMA (:func:`mma_sources`), the lane's words are gathered by ``prmt`` (selector ``B * 0x1111 + 0x4400``), shifted,
+    and nibble pairs ORed under the exponent bits (``lop3``): ``base + q``, exact in x's dtype. bf16: that is the
+    A operand; the products with the activations at :func:`slot_columns` are summed in float32 per group, and so
+    are the activations themselves (the kernel's all-ones MMA), ``xs``; the group adds ``scale * (part - (128 +
+    zero) * xs)``. fp16: ``1024 + zero`` is subtracted first (exact), and the group adds ``scale * part``.
+    ``prescale``: the wide kernel's prescaled variants (:data:`WIDE_PRESCALED`): ``base + zero`` is subtracted and
+    the scale multiplied in x's dtype (round to nearest) and the products accumulate in float32 without a
+    per-group partial. Then HF's rounding (and residual). Returns ``[M, N]`` float32, for the tests to
     compare with :func:`reference`."""
     m, k = x.shape
     n = qw.shape[0]
     wb, wpl = group // 8, group // 32
     magic, base = _MAGIC[x.dtype]
-    cols = slot_columns(group)  # [4, 4, NP, 2, 2]
+    cols = slot_columns(group)  # [4, G/16, 2, 2]
     w = qw.to(torch.int64) & 0xFFFFFFFF  # [N, KW] as unsigned
     acc = torch.zeros(m, n, dtype=torch.float32)
     for g in range(k // group):
-        c = (z[g].float() + base).to(x.dtype).float()  # [N], exact
+        xsum = x.dtype == torch.bfloat16 and not prescale  # the kernel's XSUM: the zero through sum_k x
+        c = z[g].float() + base if xsum else (z[g].float() + base).to(x.dtype).float()  # [N]
         part = torch.zeros(m, n, dtype=torch.float32)
+        xs = torch.zeros(m, 1, dtype=torch.float32)
         for tig in range(4):
-            for b in range(4):
-                for p in range(wpl // 2):
-                    w0 = w[:, g * wb + tig * wpl + 2 * p]
-                    w1 = w[:, g * wb + tig * wpl + 2 * p + 1]
+            for i, halves in enumerate(mma_sources(group)):
+                for half, (b, word, shift) in enumerate(halves):
+                    w0 = w[:, g * wb + tig * wpl + word]
+                    w1 = w[:, g * wb + tig * wpl + word + 1]
                     # prmt sel B*0x1111 + 0x4400: bytes [w0.B, w0.B, w1.B, w1.B]
                     b0, b1 = (w0 >> (8 * b)) & 0xFF, (w1 >> (8 * b)) & 0xFF
-                    t = b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)
-                    for half, tt in ((0, t), (1, t >> 4)):
-                        v = (tt & 0x000F000F) | magic  # lop3 0xEA
-                        lo = _bf16_bits_to_float(v & 0xFFFF, x.dtype) - c  # k-slot 2 tig (+8 for half 1)
-                        hi = _bf16_bits_to_float(v >> 16, x.dtype) - c  # k-slot 2 tig + 1 (+8)
-                        if prescale:  # hmul2: one rounding of the exact (q - zero) * scale
-                            lo = (lo * s[g].float()).to(x.dtype).float()
-                            hi = (hi * s[g].float()).to(x.dtype).float()
-                        xc = x[:, g * group + cols[tig, b, p, half]].float()  # [M, 2]
-                        part += xc[:, :1] * lo[None, :] + xc[:, 1:] * hi[None, :]
+                    t = (b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)) >> shift
+                    v = (t & 0x000F000F) | magic  # lop3 0xEA: base + q in both halves
+                    lo = _bf16_bits_to_float(v & 0xFFFF, x.dtype)  # k-slot 2 tig (+ 8 for half 1)
+                    hi = _bf16_bits_to_float(v >> 16, x.dtype)  # k-slot 2 tig + 1 (+ 8)
+                    if not xsum:  # hsub2: q - zero, exact
+                        lo, hi = lo - c, hi - c
+                    if prescale:  # hmul2: one rounding of the exact (q - zero) * scale
+                        lo = (lo * s[g].float()).to(x.dtype).float()
+                        hi = (hi * s[g].float()).to(x.dtype).float()
+                    xc = x[:, g * group + cols[tig, i, half]].float()  # [M, 2]
+                    part += xc[:, :1] * lo[None, :] + xc[:, 1:] * hi[None, :]
+                    xs += xc.sum(1, keepdim=True)
+        if xsum:
+            part = part - xs * c[None, :]
         acc += part if prescale else part * s[g].float()[None, :]
     y = acc.to(x.dtype)
     if residual is not None:

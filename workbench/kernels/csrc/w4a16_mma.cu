@@ -6,17 +6,16 @@
 //  * swap AB: the weight tile (16 rows of N x 16 columns of K) is the MMA's A operand, x^T the B operand
 //    (n = 8 activation rows per MMA; MT such tiles for M <= 8 * MT);
 //  * the weights stay in the layout of workbench.kernels.int4_layout.pack_int4_gemv (nibble i of word j of
-//    group b = column b*G + i*G/8 + j). Lane (gid, tig) of a warp loads G/32 consecutive words of rows gid
-//    and gid + 8 of a 16-row tile per group (one 16-byte load each for G = 128), and the k-slots of every MMA
-//    are assigned to columns so that those words ARE the lane's A fragments: for MMA (byte B, pair p),
-//        k-slot 2*tig + e      <-> column (2B)   * G/8 + tig * G/32 + 2p + e,
-//        k-slot 2*tig + 8 + e  <-> column (2B+1) * G/8 + tig * G/32 + 2p + e      (e = 0, 1),
-//    and the B fragment (x) is loaded with the same mapping. (A dot product does not care in which order the
-//    MMA visits its K columns as long as A and B agree.)
+//    group b = column b*G + i*G/8 + j). Lane (gid, tig) of a warp loads G/32 consecutive words of rows gid and
+//    gid + 8 of a 16-row tile per group (one 16-byte load each for G = 128), and the k-slots of every MMA are
+//    assigned to columns so that those words ARE the lane's A fragments (compute: for G >= 128 MMA (nibble c, word
+//    block j) puts nibble c of the lane's words 4j, 4j+1 in k-slots 2*tig + e and of words 4j+2, 4j+3 in
+//    2*tig + 8 + e), and the B fragment (x) is loaded with the same mapping: four consecutive activations of one
+//    chunk. (A dot product does not care in which order the MMA visits its K columns as long as A and B agree.)
 //  * nibble -> bf16 with one prmt + lop3 per two weights (exponent-OR: 0x4300 | q is the bf16 value 128 + q;
-//    Kim et al. 2022, arXiv 2211.10017, sec. 4.1), then one packed subtraction of 128 + zero: q - zero exactly
-//    (integer zeros, |zero| < 128). Each group's 4 * G/16 MMAs accumulate into a float32 partial that is scaled
-//    by the group's scale once (w_hat itself is never rounded);
+//    Kim et al. 2022, arXiv 2211.10017, sec. 4.1), fed to the MMA as it is; one more MMA per two with an all-ones A
+//    operand sums the group's activations, and the group's float32 partial minus (128 + zero) times that sum,
+//    times the scale, is sum_k x (q - zero) s with exact products and float32 sums (w_hat is never rounded);
 //  * split-K inside the CTA: its KS warps take consecutive ranges of groups and store their fragments into
 //    their own shared-memory slices, summed in warp order (deterministic); the CTA then writes [M, 16 * RT]
 //    outputs (+ residual, HF rounding);
@@ -187,19 +186,13 @@ __device__ __forceinline__ void load_x(Stage<G, MT, RT, XS>& st, const uint16_t*
   constexpr int WPL = G / 32, XW = WPL / 2;
   if constexpr (XS) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int m = mt * 8 + gid;
-    if (m < M) {
+    for (int mt = 0; mt < MT; ++mt) {
+      // rows past M load row M - 1 (no branch, no zeroing): their products land only in output columns never stored
+      const int m = min(mt * 8 + gid, M - 1);
       const uint16_t* xp = x + (size_t)m * sx + grp * G + tig * WPL;
 #pragma unroll
       for (int c = 0; c < 8; ++c) ld_x<XW>(st.x[mt][c], xp + c * (G / 8));
-    } else {
-#pragma unroll
-      for (int c = 0; c < 8; ++c)
-#pragma unroll
-        for (int i = 0; i < XW; ++i) st.x[mt][c][i] = 0u;
     }
-  }
   }
 }
 
@@ -225,63 +218,121 @@ __device__ __forceinline__ void ld_xs(uint32_t (&v)[XW], const uint16_t* p) {
   }
 }
 
-// PS (prescaled): the dequantized weight is rounded to x's dtype once, w_hat = dtype((q - zero) * scale) (one packed
-// multiply after the subtraction, as Marlin does), and the MMAs accumulate into acc directly: no per-group float32
-// partial, half the accumulator registers, no per-group scaling. Otherwise the partial keeps w_hat exact.
+// The MMAs of one group, in pairs (B, j) of byte B = 0..3 of the lane's words and word block j. QUAD (G >= 128,
+// WPL >= 4 words per lane per row): block j is words 4j..4j+3, and the pair is two MMAs, nibble 2B and nibble 2B + 1,
+// each taking words 4j, 4j+1 in its k-slots 2 tig + e and words 4j+2, 4j+3 in 2 tig + 8 + e; so an MMA's B fragment
+// is four consecutive activations of one chunk (b0, b1 = x words 2j, 2j + 1 of chunk 2B (+1)): no register moves.
+// Otherwise (G = 64, two words a lane): one MMA, nibble 2B in k-slots 2 tig + e and nibble 2B + 1 in 2 tig + 8 + e.
+// (slot_columns and emulate in w4a16_mma.py spell out the same map.)
+//
+// The zero (bf16, XSUM): the MMAs multiply the activations by 128 + q straight from the lop3 (no subtraction per
+// weight), and one more MMA per pair with an all-ones A operand sums the activations of the group, xs[m] = sum_k
+// x[m, k]; after the group, part - (128 + zero) * xs = sum_k x (q - zero) (exact products, float32 sums), times the
+// scale. The ones-MMA is shared by the RT tiles; it replaces one packed subtraction per two weights. fp16 keeps the
+// subtraction (q - zero exact in fp16): its base is 1024, and part - 1024 xs would cancel 3 more bits of float32
+// than bf16's 128 (emulate, 4 x 256 outputs at G = 256: 12% of fp16 outputs differ from the reference by an ulp
+// with the sums, 0.3% with the subtraction; bf16 with the sums 0.3%).
+// PS (prescaled): the dequantized weight is rounded to x's dtype once, w_hat = dtype((q - zero) * scale) (a packed
+// subtraction and multiply, as Marlin does), and the MMAs accumulate into acc directly: no per-group float32
+// partial, half the accumulator registers, no per-group scaling (integer zeros: base + zero exact in the dtype).
 template <bool BF16, int G, int MT, int RT, bool XS, bool SM = false, bool PS = false>
 __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&acc)[RT][MT][4],
                                         const uint16_t* __restrict__ x, int sx, int M, int grp, int gid, int tig) {
   using D = Dt<BF16>;
-  constexpr int WPL = G / 32, NP = WPL / 2, XW = WPL / 2;
+  constexpr int WPL = G / 32, XW = WPL / 2;
+  constexpr bool QUAD = WPL >= 4;
+  constexpr int NJ = QUAD ? WPL / 4 : 1, NF = QUAD ? 2 : 1;  // word blocks; MMAs (A fragments) per pair
+  constexpr uint32_t ONE = BF16 ? 0x3F803F80u : 0x3C003C00u;  // 1.0 in both halves
   float part_[PS ? 1 : RT][PS ? 1 : MT][4];
   float(&part)[RT][MT][4] = *reinterpret_cast<float(*)[RT][MT][4]>(PS ? &acc[0][0][0] : &part_[0][0][0]);
-  uint32_t c[RT][2], sc[RT][2];
+  constexpr bool XSUM = BF16 && !PS;  // the zero through the activation sums (fp16: subtracted, see above)
+  float xs[XSUM ? MT : 1][4];
+  uint32_t c[RT][2], sc[RT][2];  // (unused ones are dropped by the compiler)
+  if constexpr (!XSUM) {
 #pragma unroll
-  for (int r = 0; r < RT; ++r) {
+    for (int r = 0; r < RT; ++r)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint16_t cz = D::from_f(D::to_f(st.z[r][h]) + D::BASE);  // base + zero: exact (integer zero)
-      c[r][h] = (uint32_t)cz | ((uint32_t)cz << 16);
-      sc[r][h] = (uint32_t)st.s[r][h] | ((uint32_t)st.s[r][h] << 16);
-    }
-    if constexpr (!PS) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[r][mt][i] = 0.0f;
-    }
+      for (int h = 0; h < 2; ++h) {
+        const uint16_t cz = D::from_f(D::to_f(st.z[r][h]) + D::BASE);  // base + zero: exact (integer zero)
+        c[r][h] = (uint32_t)cz | ((uint32_t)cz << 16);
+        if constexpr (PS) sc[r][h] = (uint32_t)st.s[r][h] | ((uint32_t)st.s[r][h] << 16);
+      }
   }
-  // q - zero (exact), times the scale when prescaled
+  if constexpr (!PS) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (XSUM) xs[mt][i] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < RT; ++r) part[r][mt][i] = 0.0f;
+      }
+  }
+  // XSUM: base + q from the lop3 as it is; else q - zero (exact), times the scale when prescaled
   auto dq = [&](uint32_t v, int r, int h) -> uint32_t {
-    const uint32_t d = D::sub2(v, c[r][h]);
-    if constexpr (PS) return D::mul2(d, sc[r][h]);
-    return d;
+    if constexpr (XSUM) {
+      return v;
+    } else {
+      const uint32_t d = D::sub2(v, c[r][h]);
+      if constexpr (PS) return D::mul2(d, sc[r][h]);
+      return d;
+    }
   };
+  // tile r's A fragments of pair (B, j): f[0] nibble 2B, f[1] nibble 2B + 1 (QUAD); f[0] both nibbles otherwise
+  auto frag = [&](uint32_t (&f)[NF][4], int r, int B, int j) {
+    const uint32_t sel = B * 0x1111 + 0x4400;  // bytes [w0.B, w0.B, w1.B, w1.B]
+    if constexpr (QUAD) {
+      const uint32_t t0 = prmt(st.w[r][0][4 * j], st.w[r][0][4 * j + 1], sel);      // row gid,     words 4j, 4j+1
+      const uint32_t t1 = prmt(st.w[r][1][4 * j], st.w[r][1][4 * j + 1], sel);      // row gid + 8
+      const uint32_t u0 = prmt(st.w[r][0][4 * j + 2], st.w[r][0][4 * j + 3], sel);  // row gid,     words 4j+2, 4j+3
+      const uint32_t u1 = prmt(st.w[r][1][4 * j + 2], st.w[r][1][4 * j + 3], sel);  // row gid + 8
+      f[0][0] = dq(nib2<D::MAGIC>(t0), r, 0);
+      f[0][1] = dq(nib2<D::MAGIC>(t1), r, 1);
+      f[0][2] = dq(nib2<D::MAGIC>(u0), r, 0);
+      f[0][3] = dq(nib2<D::MAGIC>(u1), r, 1);
+      f[NF - 1][0] = dq(nib2<D::MAGIC>(t0 >> 4), r, 0);
+      f[NF - 1][1] = dq(nib2<D::MAGIC>(t1 >> 4), r, 1);
+      f[NF - 1][2] = dq(nib2<D::MAGIC>(u0 >> 4), r, 0);
+      f[NF - 1][3] = dq(nib2<D::MAGIC>(u1 >> 4), r, 1);
+    } else {
+      const uint32_t t0 = prmt(st.w[r][0][0], st.w[r][0][1], sel);
+      const uint32_t t1 = prmt(st.w[r][1][0], st.w[r][1][1], sel);
+      f[0][0] = dq(nib2<D::MAGIC>(t0), r, 0);       // row gid,     nibble 2B
+      f[0][1] = dq(nib2<D::MAGIC>(t1), r, 1);       // row gid + 8, nibble 2B
+      f[0][2] = dq(nib2<D::MAGIC>(t0 >> 4), r, 0);  // row gid,     nibble 2B + 1
+      f[0][3] = dq(nib2<D::MAGIC>(t1 >> 4), r, 1);  // row gid + 8, nibble 2B + 1
+    }
+  };
+  // the pair's MMA(s) with activation chunks v[0] = 2B, v[1] = 2B + 1 (XW words each), A fragments f0 and f1
+  auto mmas = [&](float (&d)[4], const uint32_t (&f0)[4], const uint32_t (&f1)[4], const uint32_t (&v)[2][XW],
+                  int j) {
+    if constexpr (QUAD) {
+      D::mma(d, f0, v[0][2 * j], v[0][2 * j + 1]);
+      D::mma(d, f1, v[1][2 * j], v[1][2 * j + 1]);
+    } else {
+      D::mma(d, f0, v[0][0], v[1][0]);
+    }
+  };
+  const uint32_t ones[4] = {ONE, ONE, ONE, ONE};
 #pragma unroll
   for (int B = 0; B < 4; ++B) {
     if constexpr (SM) {  // dequantize byte B's fragments first, then one activation tile at a time (fewer registers)
-      uint32_t a[RT][NP][4];
+      uint32_t a[RT][NJ][NF][4];
 #pragma unroll
-      for (int p = 0; p < NP; ++p)
+      for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int r = 0; r < RT; ++r) {
-          const uint32_t sel = B * 0x1111 + 0x4400;
-          const uint32_t t0 = prmt(st.w[r][0][2 * p], st.w[r][0][2 * p + 1], sel);
-          const uint32_t t1 = prmt(st.w[r][1][2 * p], st.w[r][1][2 * p + 1], sel);
-          a[r][p][0] = dq(nib2<D::MAGIC>(t0), r, 0);
-          a[r][p][1] = dq(nib2<D::MAGIC>(t1), r, 1);
-          a[r][p][2] = dq(nib2<D::MAGIC>(t0 >> 4), r, 0);
-          a[r][p][3] = dq(nib2<D::MAGIC>(t1 >> 4), r, 1);
-        }
+        for (int r = 0; r < RT; ++r) frag(a[r][j], r, B, j);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t xv[2][XW];
 #pragma unroll
         for (int h = 0; h < 2; ++h) ld_xs<XW>(xv[h], x + (mt * 8 + gid) * sx + tig * WPL + (2 * B + h) * (G / 8));
 #pragma unroll
-        for (int p = 0; p < NP; ++p)
+        for (int j = 0; j < NJ; ++j) {
 #pragma unroll
-          for (int r = 0; r < RT; ++r) D::mma(part[r][mt], a[r][p], xv[0][p], xv[1][p]);
+          for (int r = 0; r < RT; ++r) mmas(part[r][mt], a[r][j][0], a[r][j][NF - 1], xv, j);
+          if constexpr (XSUM) mmas(xs[mt], ones, ones, xv, j);
+        }
       }
     } else {
     uint32_t xv[MT][2][XW];  // chunks 2B, 2B + 1 (XS: from the ring)
@@ -293,30 +344,23 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
 #pragma unroll
           for (int i = 0; i < XW; ++i) xv[mt][h][i] = st.x[mt][2 * B + h][i];
         } else {
-          const int m = mt * 8 + gid;
-          if (m < M) {
-            ld_x<XW>(xv[mt][h], x + (size_t)m * sx + grp * G + tig * WPL + (2 * B + h) * (G / 8));
-          } else {
-#pragma unroll
-            for (int i = 0; i < XW; ++i) xv[mt][h][i] = 0u;
-          }
+          const int m = min(mt * 8 + gid, M - 1);  // (rows past M: as in load_x)
+          ld_x<XW>(xv[mt][h], x + (size_t)m * sx + grp * G + tig * WPL + (2 * B + h) * (G / 8));
         }
       }
     }
 #pragma unroll
-    for (int p = 0; p < NP; ++p) {
+    for (int j = 0; j < NJ; ++j) {
 #pragma unroll
       for (int r = 0; r < RT; ++r) {
-        const uint32_t sel = B * 0x1111 + 0x4400;  // bytes [w0.B, w0.B, w1.B, w1.B]
-        const uint32_t t0 = prmt(st.w[r][0][2 * p], st.w[r][0][2 * p + 1], sel);
-        const uint32_t t1 = prmt(st.w[r][1][2 * p], st.w[r][1][2 * p + 1], sel);
-        uint32_t a[4];
-        a[0] = dq(nib2<D::MAGIC>(t0), r, 0);       // row gid,     nibble 2B
-        a[1] = dq(nib2<D::MAGIC>(t1), r, 1);       // row gid + 8, nibble 2B
-        a[2] = dq(nib2<D::MAGIC>(t0 >> 4), r, 0);  // row gid,     nibble 2B + 1
-        a[3] = dq(nib2<D::MAGIC>(t1 >> 4), r, 1);  // row gid + 8, nibble 2B + 1
+        uint32_t a[NF][4];
+        frag(a, r, B, j);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) D::mma(part[r][mt], a, xv[mt][0][p], xv[mt][1][p]);
+        for (int mt = 0; mt < MT; ++mt) mmas(part[r][mt], a[0], a[NF - 1], xv[mt], j);
+      }
+      if constexpr (XSUM) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mmas(xs[mt], ones, ones, xv[mt], j);
       }
     }
     }  // !SM
@@ -325,12 +369,23 @@ __device__ __forceinline__ void compute(const Stage<G, MT, RT, XS>& st, float (&
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
       const float s0 = D::to_f(st.s[r][0]), s1 = D::to_f(st.s[r][1]);
+      if constexpr (!XSUM) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        acc[r][mt][0] += s0 * part[r][mt][0];
-        acc[r][mt][1] += s0 * part[r][mt][1];
-        acc[r][mt][2] += s1 * part[r][mt][2];
-        acc[r][mt][3] += s1 * part[r][mt][3];
+        for (int mt = 0; mt < MT; ++mt) {
+          acc[r][mt][0] += s0 * part[r][mt][0];
+          acc[r][mt][1] += s0 * part[r][mt][1];
+          acc[r][mt][2] += s1 * part[r][mt][2];
+          acc[r][mt][3] += s1 * part[r][mt][3];
+        }
+        continue;
+      }
+      const float c0 = D::to_f(st.z[r][0]) + D::BASE, c1 = D::to_f(st.z[r][1]) + D::BASE;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {  // xs[mt][i] = xs[mt][i + 2]: the sums of activation rows 2 tig, 2 tig + 1
+        acc[r][mt][0] = fmaf(s0, fmaf(-c0, xs[mt][0], part[r][mt][0]), acc[r][mt][0]);
+        acc[r][mt][1] = fmaf(s0, fmaf(-c0, xs[mt][1], part[r][mt][1]), acc[r][mt][1]);
+        acc[r][mt][2] = fmaf(s1, fmaf(-c1, xs[mt][0], part[r][mt][2]), acc[r][mt][2]);
+        acc[r][mt][3] = fmaf(s1, fmaf(-c1, xs[mt][1], part[r][mt][3]), acc[r][mt][3]);
       }
     }
   }
@@ -525,8 +580,10 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  Stage<G, MT, RT, true> cur, nx;
-  if (g0 < g1) load_x(cur, x, sx, M, g0, gid, tig);
+  // two stages, alternating (the loop body is unrolled over 2 DEPTH groups so that the stage of each is known at
+  // compile time): group grp computes from cur[grp % 2] while the next group's activations load into the other
+  Stage<G, MT, RT, true> cur[2];
+  if (g0 < g1) load_x(cur[0], x, sx, M, g0, gid, tig);
 
   float acc[RT][MT][4];
 #pragma unroll
@@ -536,13 +593,14 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
 
-  for (int base = g0; base < g1; base += DEPTH) {
+  for (int base = g0; base < g1; base += 2 * DEPTH) {
 #pragma unroll
-    for (int d = 0; d < DEPTH; ++d) {
-      const int grp = base + d;
+    for (int dd = 0; dd < 2 * DEPTH; ++dd) {
+      const int grp = base + dd, d = dd % DEPTH;
+      Stage<G, MT, RT, true>& st = cur[dd & 1];
       if (grp < g1) {
         cp_async_wait<DEPTH - 1>();  // the oldest group (this one) has landed
-        if (grp + 1 < g1) load_x(nx, x, sx, M, grp + 1, gid, tig);
+        if (grp + 1 < g1) load_x(cur[(dd + 1) & 1], x, sx, M, grp + 1, gid, tig);
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -550,21 +608,20 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
 #pragma unroll
             for (int c = 0; c < CH; ++c) {
               const uint4 v = ring[((size_t)d * C + (r * 2 + h) * CH + c) * 32 + lane];
-              cur.w[r][h][4 * c] = v.x;
-              cur.w[r][h][4 * c + 1] = v.y;
-              cur.w[r][h][4 * c + 2] = v.z;
-              cur.w[r][h][4 * c + 3] = v.w;
+              st.w[r][h][4 * c] = v.x;
+              st.w[r][h][4 * c + 1] = v.y;
+              st.w[r][h][4 * c + 2] = v.z;
+              st.w[r][h][4 * c + 3] = v.w;
             }
-            cur.s[r][h] = sr[d][r][h];
-            cur.z[r][h] = zr[d][r][h];
+            st.s[r][h] = sr[d][r][h];
+            st.z[r][h] = zr[d][r][h];
           }
-        compute<BF16>(cur, acc, x, sx, M, grp, gid, tig);
+        compute<BF16>(st, acc, x, sx, M, grp, gid, tig);
         // refill this slot (its reads are done: the MMAs above consumed them) with the group DEPTH ahead
         if (grp + DEPTH < g1) {
           issue(d, grp + DEPTH);
           load_sz(sr[d], zr[d], grp + DEPTH);
         }
-        cur = nx;
       }
       cp_async_commit();  // one group per step, also when empty: wait_group counts stay aligned
     }
