@@ -117,6 +117,20 @@ __device__ __forceinline__ uint16_t swiglu(float g, float u) {
   return D::from_f(a * ur);
 }
 
+// WB_TILED (an experiment, off by default): the weights in 16-row tiles, [N / 16][K / G][16][G / 8] words, so that a
+// warp's load of one group of 8 rows is 512 contiguous bytes (row-major pack_int4_gemv: eight 64-byte pieces)
+#ifndef WB_TILED
+#define WB_TILED 0
+#endif
+template <int G>
+__device__ __forceinline__ size_t row_words(int n, int KW) {  // word offset of row n's group 0
+  return WB_TILED ? (size_t)(n >> 4) * KW * 16 + (n & 15) * (G / 8) : (size_t)n * KW;
+}
+template <int G>
+__host__ __device__ constexpr int group_words() {  // word stride of one group along a row
+  return WB_TILED ? 16 * (G / 8) : G / 8;
+}
+
 // WPL consecutive 32-bit words, streamed (weights are read once per step: keep them out of L1)
 template <int WPL>
 __device__ __forceinline__ void ld_words(uint32_t (&w)[WPL], const uint32_t* p) {
@@ -173,7 +187,7 @@ __device__ __forceinline__ void load_w(Stage<G, MT, RT, XS>& st, const uint32_t*
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int n = rows[r][h];
-      ld_words<WPL>(st.w[r][h], qw + (size_t)n * KW + grp * (G / 8) + tig * WPL);
+      ld_words<WPL>(st.w[r][h], qw + row_words<G>(n, KW) + grp * group_words<G>() + tig * WPL);
       st.s[r][h] = __ldg(s + (size_t)grp * N + n);
       st.z[r][h] = __ldg(z + (size_t)grp * N + n);
     }
@@ -546,7 +560,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       rows[r][h] = wrow(nbase + r * 16 + gid + 8 * h, N, act);
-      wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
+      wp[r][h] = qw + row_words<G>(rows[r][h], KW) + tig * WPL;
     }
   uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
 
@@ -557,7 +571,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int c = 0; c < CH; ++c)
-          cp_async16(&ring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * (G / 8) + 4 * c);
+          cp_async16(&ring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * group_words<G>() + 4 * c);
   };
   auto load_sz = [&](uint16_t (&sv)[RT][2], uint16_t (&zv)[RT][2], int grp) {
 #pragma unroll
@@ -678,7 +692,7 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       rows[r][h] = wrow(nbase + r * 16 + gid + 8 * h, N, act);  // rows past N read row N - 1, never stored
-      wp[r][h] = qw + (size_t)rows[r][h] * KW + tig * WPL;
+      wp[r][h] = qw + row_words<G>(rows[r][h], KW) + tig * WPL;
     }
   uint4* wring = xsm4 + (size_t)DEPTH * TILE * 2 / 16 + (size_t)warp * DEPTH * C * 32;
   auto issue_x = [&](int slot, int grp) {  // the group's [M, G] activations, 16 bytes a copy
@@ -695,7 +709,7 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int c = 0; c < CH; ++c)
-          cp_async16(&wring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * (G / 8) + 4 * c);
+          cp_async16(&wring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * group_words<G>() + 4 * c);
   };
   Stage<G, MT, RT, false> ring[WS ? 1 : DEPTH];  // !WS: the weights' register ring; WS: the group being computed
   uint16_t sr[WS ? DEPTH : 1][RT][2], zr[WS ? DEPTH : 1][RT][2];  // WS: scales and zeros ride in registers
