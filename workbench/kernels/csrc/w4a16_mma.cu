@@ -526,6 +526,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
 }
+// the same with src-size `bytes` (0 or 16): 0 reads nothing and zero-fills (a branch-free predicated copy)
+__device__ __forceinline__ void cp_async16z(void* smem, const void* gmem, int bytes) {
+  const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N_>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N_) : "memory"); }
@@ -564,30 +569,32 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
     }
   uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
 
+  // group grp's weights into ring slot `slot`; past g1 a zero-byte copy of group g1 - 1 (no branch, no traffic)
   auto issue = [&](int slot, int grp) {
+    const int bytes = grp < g1 ? 16 : 0, gg = min(grp, g1 - 1);
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int c = 0; c < CH; ++c)
-          cp_async16(&ring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane], wp[r][h] + grp * group_words<G>() + 4 * c);
+          cp_async16z(&ring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane],
+                      wp[r][h] + gg * group_words<G>() + 4 * c, bytes);
   };
-  auto load_sz = [&](uint16_t (&sv)[RT][2], uint16_t (&zv)[RT][2], int grp) {
+  auto load_sz = [&](uint16_t (&sv)[RT][2], uint16_t (&zv)[RT][2], int grp) {  // (past g1: group g1 - 1 again)
+    const size_t gg = min(grp, g1 - 1);
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        sv[r][h] = __ldg(s + (size_t)grp * N + rows[r][h]);
-        zv[r][h] = __ldg(z + (size_t)grp * N + rows[r][h]);
+        sv[r][h] = __ldg(s + gg * N + rows[r][h]);
+        zv[r][h] = __ldg(z + gg * N + rows[r][h]);
       }
   };
 #pragma unroll
   for (int d = 0; d < DEPTH; ++d) {
-    if (g0 + d < g1) {
-      issue(d, g0 + d);
-      load_sz(sr[d], zr[d], g0 + d);
-    }
+    issue(d, g0 + d);
+    load_sz(sr[d], zr[d], g0 + d);
     cp_async_commit();
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -614,7 +621,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
       Stage<G, MT, RT, true>& st = cur[dd & 1];
       if (grp < g1) {
         cp_async_wait<DEPTH - 1>();  // the oldest group (this one) has landed
-        if (grp + 1 < g1) load_x(cur[(dd + 1) & 1], x, sx, M, grp + 1, gid, tig);
+        load_x(cur[(dd + 1) & 1], x, sx, M, min(grp + 1, g1 - 1), gid, tig);  // (branch-free: the last reloads)
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -632,10 +639,8 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
           }
         compute<BF16>(st, acc, x, sx, M, grp, gid, tig);
         // refill this slot (its reads are done: the MMAs above consumed them) with the group DEPTH ahead
-        if (grp + DEPTH < g1) {
-          issue(d, grp + DEPTH);
-          load_sz(sr[d], zr[d], grp + DEPTH);
-        }
+        issue(d, grp + DEPTH);
+        load_sz(sr[d], zr[d], grp + DEPTH);
       }
       cp_async_commit();  // one group per step, also when empty: wait_group counts stay aligned
     }
@@ -1069,6 +1074,7 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   X(128, 4, 1, 2, 0) X(128, 4, 2, 2, 0) X(128, 8, 1, 2, 0)                                                  \
   X(256, 1, 1, 2, 0) X(256, 1, 2, 2, 0) X(256, 2, 1, 2, 0) X(256, 4, 1, 2, 0) X(256, 8, 1, 2, 0)           \
   X(128, 1, 1, 3, 2) X(128, 1, 1, 4, 2) X(128, 1, 1, 6, 2) X(128, 1, 2, 3, 2) X(128, 2, 1, 3, 2)           \
+  X(128, 1, 2, 2, 2) X(128, 1, 2, 4, 2) X(128, 1, 4, 2, 2) X(128, 1, 4, 3, 2) \
   X(256, 1, 1, 3, 2)
 
 extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, int xs, int ks, const void* x, int sx,
