@@ -71,18 +71,6 @@ def test_slot_columns_cover_each_column_of_a_group_once():
         assert torch.equal(cols.flatten().sort().values, torch.arange(g))
 
 
-def test_mma_b_fragments_are_four_consecutive_activations_for_g_ge_128():
-    # the QUAD map (G >= 128): k-slots 2 tig, 2 tig + 1, 2 tig + 8, 2 tig + 9 of every MMA are four consecutive
-    # columns, so the lane's B fragment (b0, b1) is one 8-byte activation load (no register moves); G = 64 keeps
-    # the byte map (columns G/8 apart between the halves). Fails on the earlier (B, p) map of pairs.
-    for g in (128, 256):
-        cols = mm.slot_columns(g).reshape(4, g // 16, 4)  # [tig, mma, (half, e)]
-        assert torch.equal(cols - cols[..., :1], torch.arange(4).expand_as(cols))
-        assert torch.equal(cols[..., 0] % 4, torch.zeros_like(cols[..., 0]))  # 8-byte aligned
-    c64 = mm.slot_columns(64)
-    assert torch.equal(c64[:, :, 1] - c64[:, :, 0], torch.full_like(c64[:, :, 0], 64 // 8))
-
-
 def test_emulation_catches_a_wrong_column_map(monkeypatch):
     # power of the test above: pairing k-slots 2t and 2t+1 with the columns of the other word fails it
     qw, s, z = _weight(32, 256, 128, torch.bfloat16, seed=1)
@@ -104,15 +92,12 @@ def test_every_group_and_row_class_has_a_compiled_variant_with_the_default_tile(
 
 def test_wide_configs_split_k_into_nonempty_ranges_and_bound_the_grid(monkeypatch):
     # the wide kernel's launch grid (N tiles x splits): every split gets >= 1 group, at most 16 CTAs per SM of 132,
-    # counters enough for the split launches; the split kernels keep their (RT, DEPTH, XS, KS) tuples (the async
-    # kernel also (RT, DEPTH, 2, KS, P) persistent grids of fewer CTAs than row tiles)
+    # counters enough for the split launches; the split kernels keep their (RT, DEPTH, XS, KS) tuples
     monkeypatch.setattr(mm, "variants", lambda device_index=0: mm.source_variants())
     for n, k, m in ((4608, 3584, 16), (37888, 3584, 64), (80, 640, 33), (3584, 18944, 9)):
         cf = mm.configs(n, k, m, 128)
         wide = [c for c in cf if c[2] >= mm.WIDE]
-        assert wide and all(len(c) == 4 or (c[2] == 2 and len(c) == 5 and c[4] in mm.PERSIST and c[3] <= mm.PERSIST_KS
-                                             and c[4] * 132 < -(-n // (16 * c[0])))
-                            for c in cf if c[2] < mm.WIDE)
+        assert wide and all(len(c) == 4 for c in cf if c[2] < mm.WIDE)
         for rt, _depth, _xs, w, sp in wide:
             tiles = -(-n // (16 * rt * w))
             assert w in mm.WIDE_WARPS and 1 <= sp <= k // 128 and tiles * sp <= 16 * 132 and tiles <= mm.SEM_LEN

@@ -16,21 +16,17 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   ``2 tig + e`` is column ``2B G/8 + tig G/32 + 2p + e`` and k-slot ``2 tig + 8 + e`` is column
   ``(2B + 1) G/8 + tig G/32 + 2p + e`` (:func:`slot_columns`); the activations are loaded with the same map (a
   dot product does not depend on the order of its K terms);
-* **dequantization in one instruction per weight** (bf16): ``prmt`` gathers byte ``B`` of two words, one
-  ``lop3`` ORs a nibble pair under bf16's exponent of 128 (``0x4300 | q`` is the bf16 value ``128 + q``: the trick
-  of Kim et al. 2022, arXiv 2211.10017, sec. 4.1), and that ``128 + q`` is the MMA's A operand; one more MMA per
-  two, with an all-ones A operand, sums the group's activations ``xs``, and the group adds ``scale * (part - (128
-  + zero) * xs)`` = ``sum_k x (q - zero) scale`` with exact products and float32 sums (``w_hat`` is never
-  rounded; any zero). fp16 keeps one packed subtraction of ``1024 + zero`` per two weights (``q - zero`` exact,
-  integer zeros), since ``part - 1024 xs`` would cancel 3 more bits of float32 (:func:`emulate`);
+* **dequantization in 1.5 instructions per weight**: ``prmt`` gathers byte ``B`` of two words, one ``lop3``
+  ORs a nibble pair under bf16's exponent of 128 (``0x4300 | q`` is the bf16 value ``128 + q``: the trick of Kim et
+  al. 2022, arXiv 2211.10017, sec. 4.1), one packed subtraction of ``128 + zero`` leaves ``q - zero`` exactly
+  (integer zeros, ``|zero| < 128``; fp16: 1024). A group's MMAs accumulate into a float32 partial that is
+  multiplied by the group's scale once: ``w_hat`` is never rounded;
 * **split-K inside the CTA**: its ``KS`` warps take consecutive ranges of groups and store their fragments into
   their own shared-memory slices, which are summed in warp order (the same result on every run), and the CTA
   writes ``[M, 16 RT]`` outputs (+ residual with HF's rounding:
   ``bf16(bf16(x @ W.T) + residual)``); ``DEPTH`` groups in flight per warp in a register ring; programmatic
   dependent launch (the first groups' weights are loaded before ``griddepcontrol.wait``); the weight ring lives in
-  registers, or (``XS = 2``) in a per-warp shared-memory ring filled by ``cp.async``, branch-free (zero-byte copies
-  past a warp's range); that async kernel also runs on a persistent grid (``P`` CTAs per SM, each looping over row
-  tiles with its rings running on from one tile into the next, so a CTA waits for its first loads once).
+  registers, or (``XS = 2``) in a per-warp shared-memory ring filled by ``cp.async``.
 
 * **the wide kernel** (``XS`` >= :data:`WIDE`; configurations ``(RT, DEPTH, XS, W, SPLIT)``): the split kernels
   give each CTA one tile of weight rows, so every CTA reads all of x (at 64 rows 16x the weight bytes, from L2).
@@ -89,14 +85,12 @@ SRC = Path(__file__).with_name("csrc") / "w4a16_mma.cu"
 ROWS_MAX = 64
 GROUPS = (64, 128, 256)
 KS_CHOICES = (1, 2, 4, 8, 16)  # warps per CTA splitting K
-PERSIST = (2, 4)  # CTAs per SM of the async kernel's persistent grids (configurations (RT, DEPTH, 2, KS, P))
-PERSIST_KS = 8  # ... tried with at most this many warps per CTA
 WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configurations; XS - WIDE is its WS field,
 WIDE_PRESCALED = 2  # whose bit 0 puts the weights through shared memory and bit 1 prescales (w_hat in x's dtype)
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
-ABI = 3  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue; 3: ctas)
+ABI = 2  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue)
 ACTS = {"none": 0, "swiglu": 1}  # output epilogues: none, or SwiGLU on a [gate | up] weight (see gemm)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
 _BEST: dict = {}
@@ -155,7 +149,7 @@ def _load(path: str) -> ctypes.CDLL:
     if lib.wb_w4mma_abi() != ABI:
         raise AttributeError(f"{path}: launch ABI {lib.wb_w4mma_abi()}, this source has {ABI}: rebuild it")
     lib.wb_w4mma_launch.restype = ctypes.c_int
-    lib.wb_w4mma_launch.argtypes = ([ctypes.c_int] * 8 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
+    lib.wb_w4mma_launch.argtypes = ([ctypes.c_int] * 7 + [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 5
                                     + [ctypes.c_int] * 5 + [ctypes.c_void_p])
     lib.wb_w4mma_variants.restype = ctypes.c_char_p
     lib.wb_w4mma_wide_launch.restype = ctypes.c_int
@@ -276,10 +270,8 @@ def ks_max(mt: int, rt: int) -> int:
 def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
     """Launch configurations for ``m`` rows: every compiled variant of this group and ``MT``; ``(RT, DEPTH, XS,
     KS)`` for the split kernels, with ``KS`` warps per CTA up to :func:`ks_max` and such that each warp gets at least
-    one group, and for the async kernel (``XS = 2``, ``KS <=`` :data:`PERSIST_KS`) also ``(RT, DEPTH, 2, KS, P)``:
-    a persistent grid of ``P`` CTAs per SM (:data:`PERSIST`; only where that is fewer CTAs than row tiles on 132 SMs);
-    ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (:data:`WIDE_WARPS`, :data:`WIDE_SPLITS`, each split at least
-    one group, at most ``16 * 132`` CTAs)."""
+    one group; ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (:data:`WIDE_WARPS`, :data:`WIDE_SPLITS`, each
+    split at least one group, at most ``16 * 132`` CTAs)."""
     mt = m_tiles(m)
     ng = k // group
     out = []
@@ -294,8 +286,6 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
         for ks in KS_CHOICES:
             if ks <= ng and ks <= ks_max(mt, rt):
                 out.append((rt, depth, xs, ks))
-                if xs == 2 and ks <= PERSIST_KS:
-                    out += [(rt, depth, xs, ks, p) for p in PERSIST if p * 132 < -(-n // (16 * rt))]
     return out
 
 
@@ -329,8 +319,7 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     Args: ``x`` ``[M, K]`` bf16 or fp16 (1 <= M <= 64; rows contiguous, 16-byte aligned); ``qw`` ``[n, K // 8]``
     int32 from :func:`~workbench.kernels.int4_layout.pack_int4_gemv`; ``s``, ``z`` (scale, integer zero)
     ``[K // group, n]`` in x's dtype, contiguous; ``residual`` ``[M, n]`` in x's dtype or None; ``cfg = (RT, DEPTH,
-    XS, KS)``, ``(RT, DEPTH, 2, KS, P)`` for the async kernel on a persistent grid of ``P`` CTAs per SM, or ``(RT,
-    DEPTH, WIDE, W, SPLIT)`` for the wide kernel (default: tuned for this call, else
+    XS, KS)``, or ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (default: tuned for this call, else
     :func:`default_cfg`). A split wide launch takes a ``[SPLIT, M, n]`` float32 workspace from torch's allocator and
     the device's counters (:func:`_sem`): one stream at a time per device. Returns ``[M, n]`` (``[M, n // 2]`` for
     "swiglu") in x's dtype (or fills ``out``). Raises ``ValueError`` on arguments it does not take (an unknown
@@ -385,12 +374,7 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
                                           sem.data_ptr() if sem is not None else None, SEM_LEN,
                                           int(use_pdl(x.device)), stream)
         else:
-            ctas = 0
-            if xs == 2 and len(cfg) > 4:  # persistent async grid: cfg[4] CTAs per SM
-                from workbench.kernels.common import sm_count
-
-                ctas = cfg[4] * sm_count(x.device.index or 0)
-            rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks, ctas,
+            rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks,
                                      x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
                                      out.data_ptr(), res_ptr, m, n, k, ACTS[act], int(use_pdl(x.device)), stream)
     if rc:

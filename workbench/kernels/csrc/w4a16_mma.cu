@@ -540,11 +540,6 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // laid out [stage][chunk][lane] so that a warp's reads are conflict-free); scales and zeros ride in a register
 // ring, the activations are loaded one group ahead into registers. More bytes in flight per register than the
 // register ring, which at one row left the large matrices at about half the read bandwidth.
-// Persistent when launched with fewer CTAs than tiles (ctas in the launch): CTA b takes tiles b, b + gridDim.x, ...,
-// and each warp's ring runs on across its tiles (the next tile's first groups are in flight while this one finishes),
-// so a CTA pays the DRAM latency of its first loads once, not once per tile, and the grid has no partial last wave.
-// Every warp takes PER = ceil(NG / KS) steps per tile (its last may be empty: no copy, no compute), so the CTA's
-// warps reach each tile's end, and its reduction (finish), together.
 template <bool BF16, int G, int MT, int RT, int DEPTH>
 __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
                                                              const uint32_t* __restrict__ qw,
@@ -559,62 +554,57 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
   __shared__ float red[KsMax<MT, RT>::value * MT * 8 * RT * 16];  // [warp][m][n_local]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
-  const int NG = K / G, KW = K / 8, PER = (NG + ks - 1) / ks;
-  const int g0 = min(warp * PER, NG), g1 = min(g0 + PER, NG);  // this warp's groups of every tile (may be empty)
-  const int tiles = (N + 16 * RT - 1) / (16 * RT);
-  const int steps = PER * ((tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x);
+  const int NG = K / G, KW = K / 8;
+  const int g0 = (int)(((long long)warp * NG) / ks), g1 = (int)(((long long)(warp + 1) * NG) / ks);
+  const int nbase = blockIdx.x * (16 * RT);
   uint4* ring = wring + (size_t)warp * DEPTH * C * 32;
-  // the prefetch cursor: tile pt, step pj of it (DEPTH steps ahead of the compute); its rows and weight pointers
-  int pt = blockIdx.x, pj = 0;
   const uint32_t* wp[RT][2];
   int rows[RT][2];
-  auto set_rows = [&](int t) {
 #pragma unroll
-    for (int r = 0; r < RT; ++r)
+  for (int r = 0; r < RT; ++r)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        rows[r][h] = wrow(t * 16 * RT + r * 16 + gid + 8 * h, N, act);  // rows past N read row N - 1, never stored
-        wp[r][h] = qw + row_words<G>(rows[r][h], KW) + tig * WPL;
-      }
-  };
-  set_rows(pt);
+    for (int h = 0; h < 2; ++h) {
+      rows[r][h] = wrow(nbase + r * 16 + gid + 8 * h, N, act);
+      wp[r][h] = qw + row_words<G>(rows[r][h], KW) + tig * WPL;
+    }
   uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
 
-  // the cursor's group into ring slot `slot` (its weights by cp.async, scales and zeros into registers), then the
-  // cursor moves on; an empty step (past g1, or past the CTA's last tile) copies zero bytes of a valid address
-  auto issue = [&](int slot) {
-    const int grp = g0 + pj, gg = max(min(grp, g1 - 1), 0);
-    const int bytes = (grp < g1 && pt < tiles) ? 16 : 0;
+  // group grp's weights into ring slot `slot`; past g1 a zero-byte copy of group g1 - 1 (no branch, no traffic)
+  auto issue = [&](int slot, int grp) {
+    const int bytes = grp < g1 ? 16 : 0, gg = min(grp, g1 - 1);
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int c = 0; c < CH; ++c)
           cp_async16z(&ring[((size_t)slot * C + (r * 2 + h) * CH + c) * 32 + lane],
                       wp[r][h] + gg * group_words<G>() + 4 * c, bytes);
-        sr[slot][r][h] = __ldg(s + (size_t)gg * N + rows[r][h]);
-        zr[slot][r][h] = __ldg(z + (size_t)gg * N + rows[r][h]);
+  };
+  auto load_sz = [&](uint16_t (&sv)[RT][2], uint16_t (&zv)[RT][2], int grp) {  // (past g1: group g1 - 1 again)
+    const size_t gg = min(grp, g1 - 1);
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sv[r][h] = __ldg(s + gg * N + rows[r][h]);
+        zv[r][h] = __ldg(z + gg * N + rows[r][h]);
       }
-    if (++pj == PER) {
-      pj = 0;
-      pt += gridDim.x;
-      if (pt < tiles) set_rows(pt);
-    }
   };
 #pragma unroll
   for (int d = 0; d < DEPTH; ++d) {
-    issue(d);
+    issue(d, g0 + d);
+    load_sz(sr[d], zr[d], g0 + d);
     cp_async_commit();
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  // two stages, alternating (the loop body is unrolled over 2 DEPTH steps so that the stage of each is known at
-  // compile time): step i computes from cur[i % 2] while the next step's activations load into the other
+  // two stages, alternating (the loop body is unrolled over 2 DEPTH groups so that the stage of each is known at
+  // compile time): group grp computes from cur[grp % 2] while the next group's activations load into the other
   Stage<G, MT, RT, true> cur[2];
-  load_x(cur[0], x, sx, M, max(min(g0, g1 - 1), 0), gid, tig);
+  if (g0 < g1) load_x(cur[0], x, sx, M, g0, gid, tig);
 
   float acc[RT][MT][4];
 #pragma unroll
@@ -624,52 +614,40 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
 
-  int ct = blockIdx.x, cj = 0;  // the compute cursor: tile, step
-  for (int base = 0; base < steps; base += 2 * DEPTH) {
+  for (int base = g0; base < g1; base += 2 * DEPTH) {
 #pragma unroll
     for (int dd = 0; dd < 2 * DEPTH; ++dd) {
-      const int d = dd % DEPTH;
+      const int grp = base + dd, d = dd % DEPTH;
       Stage<G, MT, RT, true>& st = cur[dd & 1];
-      if (base + dd < steps) {  // (the same for every warp of the CTA)
-        cp_async_wait<DEPTH - 1>();  // the oldest group (this step's) has landed
-        const int nj = cj + 1 == PER ? 0 : cj + 1, grp = g0 + cj;
-        load_x(cur[(dd + 1) & 1], x, sx, M, max(min(g0 + nj, g1 - 1), 0), gid, tig);  // (branch-free)
-        if (grp < g1) {
+      if (grp < g1) {
+        cp_async_wait<DEPTH - 1>();  // the oldest group (this one) has landed
+        load_x(cur[(dd + 1) & 1], x, sx, M, min(grp + 1, g1 - 1), gid, tig);  // (branch-free: the last reloads)
 #pragma unroll
-          for (int r = 0; r < RT; ++r)
+        for (int r = 0; r < RT; ++r)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+          for (int h = 0; h < 2; ++h) {
 #pragma unroll
-              for (int c = 0; c < CH; ++c) {
-                const uint4 v = ring[((size_t)d * C + (r * 2 + h) * CH + c) * 32 + lane];
-                st.w[r][h][4 * c] = v.x;
-                st.w[r][h][4 * c + 1] = v.y;
-                st.w[r][h][4 * c + 2] = v.z;
-                st.w[r][h][4 * c + 3] = v.w;
-              }
-              st.s[r][h] = sr[d][r][h];
-              st.z[r][h] = zr[d][r][h];
+            for (int c = 0; c < CH; ++c) {
+              const uint4 v = ring[((size_t)d * C + (r * 2 + h) * CH + c) * 32 + lane];
+              st.w[r][h][4 * c] = v.x;
+              st.w[r][h][4 * c + 1] = v.y;
+              st.w[r][h][4 * c + 2] = v.z;
+              st.w[r][h][4 * c + 3] = v.w;
             }
-          compute<BF16>(st, acc, x, sx, M, grp, gid, tig);
-        }
-        issue(d);  // refill this slot (its reads are done: the MMAs above consumed them) DEPTH steps ahead
-        if (nj == 0) {  // the tile's last step, for every warp at once: reduce, write, and start the next tile
-          finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, ct * 16 * RT, out, res, act);
-          __syncthreads();  // red is written again at the next tile's end
-#pragma unroll
-          for (int r = 0; r < RT; ++r)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
-          ct += gridDim.x;
-        }
-        cj = nj;
+            st.s[r][h] = sr[d][r][h];
+            st.z[r][h] = zr[d][r][h];
+          }
+        compute<BF16>(st, acc, x, sx, M, grp, gid, tig);
+        // refill this slot (its reads are done: the MMAs above consumed them) with the group DEPTH ahead
+        issue(d, grp + DEPTH);
+        load_sz(sr[d], zr[d], grp + DEPTH);
       }
       cp_async_commit();  // one group per step, also when empty: wait_group counts stay aligned
     }
   }
   cp_async_wait<0>();
+
+  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res, act);
 }
 
 // the wide kernel's activation tile per group: 8 MT rows of G columns, each row padded by 16 XW bytes so that a
@@ -1048,11 +1026,9 @@ int launch_dense(const void* x, int sx, const void* w, void* out, const void* re
 
 template <bool BF16, int G, int MT, int RT, int DEPTH, int XS>
 int launch_one(const void* x, int sx, const void* qw, const void* s, const void* z, void* out, const void* res,
-               int M, int N, int K, int act, int ks, int ctas, int pdl, cudaStream_t stream) {
+               int M, int N, int K, int act, int ks, int pdl, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
-  const int tiles = (N + 16 * RT - 1) / (16 * RT);
-  // ctas > 0 (the async kernel only): a persistent grid of that many CTAs, each looping over tiles
-  cfg.gridDim = dim3(XS == 2 && ctas > 0 && ctas < tiles ? ctas : tiles);
+  cfg.gridDim = dim3((N + 16 * RT - 1) / (16 * RT));
   cfg.blockDim = dim3(32 * ks);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
@@ -1101,15 +1077,14 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   X(128, 1, 2, 2, 2) X(128, 1, 2, 4, 2) X(128, 1, 4, 2, 2) X(128, 1, 4, 3, 2) \
   X(256, 1, 1, 3, 2)
 
-extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, int xs, int ks, int ctas, const void* x,
-                               int sx,
+extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, int xs, int ks, const void* x, int sx,
                                const void* qw, const void* s, const void* z, void* out, const void* res, int M,
                                int N, int K, int act, int pdl, void* stream) {
   cudaStream_t st = (cudaStream_t)stream;
 #define WB_CASE(G_, MT_, RT_, D_, XS_)                                                                        \
   if (group == G_ && mt == MT_ && rt == RT_ && depth == D_ && xs == XS_)                                       \
-    return bf16 ? launch_one<true, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, act, ks, ctas, pdl, st) \
-                : launch_one<false, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, act, ks, ctas, pdl, st);
+    return bf16 ? launch_one<true, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, act, ks, pdl, st)   \
+                : launch_one<false, G_, MT_, RT_, D_, XS_>(x, sx, qw, s, z, out, res, M, N, K, act, ks, pdl, st);
   WB_W4MMA_VARIANTS(WB_CASE)
 #undef WB_CASE
   return -1;  // no such variant
@@ -1171,9 +1146,8 @@ extern "C" const char* wb_dense_mma_variants() {  // "MT,CH,DEPTH;..."
 #undef WB_DSTR
 }
 
-// the launch functions' argument list, checked by the loader (2: the act argument of the SwiGLU epilogue; 3: ctas,
-// the persistent grid of the async kernel)
-extern "C" int wb_w4mma_abi() { return 3; }
+// the launch functions' argument list, checked by the loader (2: the act argument of the SwiGLU epilogue)
+extern "C" int wb_w4mma_abi() { return 2; }
 
 extern "C" int wb_w4mma_ks_max(int mt, int rt) {  // KsMax<MT, RT> for the loader
   const int a = (mt * rt >= 4) ? 8 : 16, b = 64 / (mt * rt);
