@@ -71,6 +71,18 @@ def test_slot_columns_cover_each_column_of_a_group_once():
         assert torch.equal(cols.flatten().sort().values, torch.arange(g))
 
 
+def test_mma_b_fragments_are_four_consecutive_activations_for_g_ge_128():
+    # the QUAD map (G >= 128): k-slots 2 tig, 2 tig + 1, 2 tig + 8, 2 tig + 9 of every MMA are four consecutive
+    # columns, so the lane's B fragment (b0, b1) is one 8-byte activation load (no register moves); G = 64 keeps
+    # the byte map (columns G/8 apart between the halves). Fails on the earlier (B, p) map of pairs.
+    for g in (128, 256):
+        cols = mm.slot_columns(g).reshape(4, g // 16, 4)  # [tig, mma, (half, e)]
+        assert torch.equal(cols - cols[..., :1], torch.arange(4).expand_as(cols))
+        assert torch.equal(cols[..., 0] % 4, torch.zeros_like(cols[..., 0]))  # 8-byte aligned
+    c64 = mm.slot_columns(64)
+    assert torch.equal(c64[:, :, 1] - c64[:, :, 0], torch.full_like(c64[:, :, 0], 64 // 8))
+
+
 def test_emulation_catches_a_wrong_column_map(monkeypatch):
     # power of the test above: pairing k-slots 2t and 2t+1 with the columns of the other word fails it
     qw, s, z = _weight(32, 256, 128, torch.bfloat16, seed=1)

@@ -16,11 +16,13 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   ``2 tig + e`` is column ``2B G/8 + tig G/32 + 2p + e`` and k-slot ``2 tig + 8 + e`` is column
   ``(2B + 1) G/8 + tig G/32 + 2p + e`` (:func:`slot_columns`); the activations are loaded with the same map (a
   dot product does not depend on the order of its K terms);
-* **dequantization in 1.5 instructions per weight**: ``prmt`` gathers byte ``B`` of two words, one ``lop3``
-  ORs a nibble pair under bf16's exponent of 128 (``0x4300 | q`` is the bf16 value ``128 + q``: the trick of Kim et
-  al. 2022, arXiv 2211.10017, sec. 4.1), one packed subtraction of ``128 + zero`` leaves ``q - zero`` exactly
-  (integer zeros, ``|zero| < 128``; fp16: 1024). A group's MMAs accumulate into a float32 partial that is
-  multiplied by the group's scale once: ``w_hat`` is never rounded;
+* **dequantization in one instruction per weight** (bf16): ``prmt`` gathers byte ``B`` of two words, one
+  ``lop3`` ORs a nibble pair under bf16's exponent of 128 (``0x4300 | q`` is the bf16 value ``128 + q``: the trick
+  of Kim et al. 2022, arXiv 2211.10017, sec. 4.1), and that ``128 + q`` is the MMA's A operand; one more MMA per
+  two, with an all-ones A operand, sums the group's activations ``xs``, and the group adds ``scale * (part - (128
+  + zero) * xs)`` = ``sum_k x (q - zero) scale`` with exact products and float32 sums (``w_hat`` is never
+  rounded). fp16 keeps one packed subtraction of ``1024 + zero`` per two weights (``q - zero`` exact, integer
+  zeros), since ``part - 1024 xs`` would cancel 3 more bits of float32 (:func:`emulate`);
 * **split-K inside the CTA**: its ``KS`` warps take consecutive ranges of groups and store their fragments into
   their own shared-memory slices, which are summed in warp order (the same result on every run), and the CTA
   writes ``[M, 16 RT]`` outputs (+ residual with HF's rounding:
