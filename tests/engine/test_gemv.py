@@ -271,3 +271,45 @@ def test_default_configs_add_wide_tiles_only_for_narrow_weights():
     for k in (576, 1536):
         assert {c[1] for c in gemv.default_configs(k)} - {c[1] for c in gemv.CONFIGS} == {1024}
     assert gemv.default_configs(2560) == gemv.CONFIGS and gemv.default_configs(18944) == gemv.CONFIGS
+
+
+ROW_CASES = [(m, n, k, cfg) for m in (2, 3, 5, 8) for n, k in ((40, 96), (37, 100))
+             for cfg in ((8, 32, 1, 4), (16, 64, 2, 4), (4, 32, 3, 4))]
+
+
+@pytest.mark.parametrize("m,n,k,cfg", ROW_CASES)
+def test_gemv_rows_matches_float32_oracle_row_by_row(m, n, k, cfg):
+    # every row of the few-row GEMV is its own x @ w.T: float32 within summation noise, bf16 within a few ulps of
+    # the float32 product rounded once (the interpreter truncates); x's rows strided (a view of a wider tensor), so a
+    # kernel that read row r at r * K instead of r * stride, or summed rows into each other, fails
+    g = torch.Generator().manual_seed(m * n * k + cfg[2])
+    for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2.0**-6)):
+        w = (torch.randn(n, k, generator=g) / 10).to(dt)
+        wide = torch.randn(m, k + 24, generator=g).to(dt)
+        x = wide[:, 5:5 + k]
+        ref = x.float() @ w.float().t()
+        y = gemv.gemv_rows(*_d(x, w), cfg=cfg).cpu()
+        assert y.shape == (m, n) and y.dtype == dt
+        for r in range(m):
+            err = float((y[r].float() - ref[r]).abs().max() / ref[r].abs().max())
+            assert err < tol, (r, err)
+
+
+def test_gemv_rows_bad_input_names_the_fix():
+    w = torch.randn(16, 32).to(DEV)
+    with pytest.raises(ValueError, match="torch.matmul"):
+        gemv.gemv_rows(torch.randn(9, 32).to(DEV), w)
+    with pytest.raises(ValueError, match="cast one"):
+        gemv.gemv_rows(torch.randn(2, 32, dtype=torch.float64).to(DEV), w)
+    with pytest.raises(ValueError, match="contiguous"):
+        gemv.gemv_rows(torch.randn(2, 32).to(DEV), torch.randn(32, 16).to(DEV).t())
+
+
+def test_gemv_rows_configs_bound_the_accumulator():
+    # MR * BLOCK_N * BLOCK_K float32 per CTA at most 128 a thread; fewer rows take the wider tiles too
+    for m, mr in ((2, 2), (3, 4), (5, 8), (8, 8)):
+        cfgs = gemv.rows_configs(m)
+        assert cfgs and all(mr * bn * bk <= 128 * 32 * nw for bn, bk, _sk, nw in cfgs)
+        assert gemv.rows_default_cfg(m) in cfgs
+    assert len(gemv.rows_configs(2)) > len(gemv.rows_configs(8))
+    assert (16, 512, 1, 8) in gemv.rows_configs(2) and (16, 512, 1, 8) not in gemv.rows_configs(8)

@@ -309,3 +309,154 @@ def tune(x, w, prologue="none", norm_weight=None, eps=1e-6, residual=None, confi
     best = fastest_config(configs, run, ws, ref, timings, f"bf16 GEMV (N={n}, K={k}, {key[2]})")
     _BEST[key] = best
     return best
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A few rows (M = 2..8, e.g. a speculative verify step of k + 1 tokens or a small decode batch): the same streaming
+# loop with an [MR, BLOCK_N, BLOCK_K] float32 accumulator (MR = next power of two >= M; rows past M are masked), so
+# the weight is read once for all the rows and every row's products are summed elementwise, reduced once at the end.
+# No prologue or epilogue (the engine's few-row steps call plain linears); split-K partials ``[SPLIT_K, M, N]`` are
+# summed by the last split to arrive, as in the one-row kernel.
+
+ROWS_MAX = 8
+
+
+@triton.jit
+def _fma_rows(w, x_rows, mmask, kk, K, acc, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """``acc[m] += w * x[m, kk:kk+BLOCK_K]`` for every row m (float32, elementwise)."""
+    offs_k = kk + tl.arange(0, BLOCK_K)
+    if EVEN_K:
+        x = tl.load(x_rows + offs_k[None, :], mask=mmask[:, None], other=0.0)
+    else:
+        x = tl.load(x_rows + offs_k[None, :], mask=mmask[:, None] & (offs_k < K)[None, :], other=0.0)
+    return acc + w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
+
+
+@triton.jit
+def _gemv_rows_kernel(X, W, OUT, P, LOCK, M, N, K, sx, PER, SPLIT_K,
+                      MR: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr,
+                      EVEN_K: tl.constexpr, PARTIAL: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    w_rows = W + rn.to(tl.int64)[:, None] * K
+    rm = tl.arange(0, MR)
+    mmask = rm < M
+    x_rows = X + rm[:, None] * sx
+    k_begin = pid_k * PER
+    w0 = _load_w(w_rows, nmask, k_begin, K, BLOCK_K, EVEN_N, EVEN_K)  # (before the wait: no kernel writes W)
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+    acc = _fma_rows(w0, x_rows, mmask, k_begin, K, tl.zeros([MR, BLOCK_N, BLOCK_K], dtype=tl.float32), BLOCK_K,
+                    EVEN_K)
+    if INTERPRET:
+        kk = k_begin + BLOCK_K
+        while kk < k_begin + PER:
+            acc = _fma_rows(_load_w(w_rows, nmask, kk, K, BLOCK_K, EVEN_N, EVEN_K), x_rows, mmask, kk, K, acc,
+                            BLOCK_K, EVEN_K)
+            kk += BLOCK_K
+    else:
+        for kk in range(k_begin + BLOCK_K, k_begin + PER, BLOCK_K):
+            acc = _fma_rows(_load_w(w_rows, nmask, kk, K, BLOCK_K, EVEN_N, EVEN_K), x_rows, mmask, kk, K, acc,
+                            BLOCK_K, EVEN_K)
+    y = tl.sum(acc, axis=2)  # [MR, BLOCK_N]
+    offs = rm[:, None] * N + rn[None, :]
+    omask = mmask[:, None] & nmask[None, :]
+    dt = OUT.dtype.element_ty
+    if PARTIAL:
+        tl.store(P + pid_k * M * N + offs, y, mask=omask)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(LOCK + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            t = tl.zeros([MR, BLOCK_N], dtype=tl.float32)
+            sk = 0
+            while sk < SPLIT_K:
+                t += tl.load(P + sk * M * N + offs, mask=omask, other=0.0, cache_modifier=".cg")
+                sk += 1
+            tl.store(OUT + offs, t.to(dt), mask=omask)
+            tl.atomic_xchg(LOCK + pid_n, 0, sem="relaxed", scope="gpu")
+    else:
+        tl.store(OUT + offs, y.to(dt), mask=omask)
+
+
+# (BLOCK_N, BLOCK_K, SPLIT_K, num_warps); kept where the accumulator is at most 128 floats a thread
+# (MR * BLOCK_N * BLOCK_K <= 4096 * num_warps): :func:`rows_configs`
+ROWS_TILES = ((4, 256, 4), (4, 512, 4), (8, 128, 4), (8, 256, 4), (8, 512, 4), (8, 512, 8), (16, 128, 4),
+              (16, 256, 8), (16, 512, 8), (32, 128, 8), (32, 256, 8))
+ROWS_SPLITS = (1, 2, 4)
+_ROWS_BEST: dict = {}
+
+
+def rows_configs(m: int) -> list:
+    """The configurations :func:`gemv_rows_tune` tries for ``m`` rows: :data:`ROWS_TILES` x :data:`ROWS_SPLITS`
+    whose float32 accumulator ``[MR, BLOCK_N, BLOCK_K]`` (MR = next power of two >= m) is at most 128 floats a
+    thread."""
+    mr = triton.next_power_of_2(max(1, m))
+    return [(bn, bk, sk, nw) for bn, bk, nw in ROWS_TILES for sk in ROWS_SPLITS if mr * bn * bk <= 4096 * nw]
+
+
+def rows_default_cfg(m: int) -> tuple:
+    """The untuned configuration for ``m`` rows: the widest tile of :func:`rows_configs` with ``BLOCK_N = 8``."""
+    return max((c for c in rows_configs(m) if c[0] == 8 and c[2] == 1), key=lambda c: c[1] * 8 // c[3])
+
+
+def _rows_key(n, k, m, dtype):
+    return (n, k, triton.next_power_of_2(max(1, m)), dtype)
+
+
+def gemv_rows(x: torch.Tensor, w: torch.Tensor, cfg=None) -> torch.Tensor:
+    """``[M, N] = x @ w.T`` for a few rows, ``M <= ROWS_MAX`` (8): the weight streamed once for every row.
+
+    Args: ``x`` ``[M, K]`` bf16/fp16/fp32 (rows may be strided: the last dimension contiguous); ``w`` ``[N, K]``
+    same dtype, contiguous (the ``nn.Linear`` layout); ``cfg = (BLOCK_N, BLOCK_K, SPLIT_K, num_warps)`` (default:
+    the tuned one for this shape and row class, else :func:`rows_default_cfg`). Returns ``[M, N]`` in x's dtype,
+    float32 sums rounded once (as cuBLAS; the sum order differs). Raises ``ValueError`` on more than ROWS_MAX rows,
+    a K or dtype mismatch, or a non-contiguous weight."""
+    n, k = w.shape
+    if x.dim() != 2 or not 1 <= x.shape[0] <= ROWS_MAX or x.shape[1] != k:
+        raise ValueError(f"x has shape {tuple(x.shape)}; gemv_rows takes 1..{ROWS_MAX} rows of {k} "
+                         f"(torch.matmul for more)")
+    if x.dtype != w.dtype:
+        raise ValueError(f"x is {x.dtype} but w is {w.dtype}: cast one of them")
+    if not w.is_contiguous():
+        raise ValueError("w must be contiguous ([N, K] row-major, the nn.Linear layout): pass w.contiguous()")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    m = x.shape[0]
+    block_n, block_k, split_k, warps = cfg or _ROWS_BEST.get(_rows_key(n, k, m, x.dtype)) or rows_default_cfg(m)
+    pdl = use_pdl(x.device)
+    steps = triton.cdiv(k, block_k)
+    per = triton.cdiv(steps, split_k) * block_k
+    split_k = triton.cdiv(k, per)
+    grid = (triton.cdiv(n, block_n), split_k)
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if split_k > 1:
+        part = torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
+        lock = split_k_locks(x.device, grid[0])
+    else:
+        part = lock = out
+    _gemv_rows_kernel[grid](x, w, out, part, lock, m, n, k, x.stride(0), per, split_k,
+                            MR=triton.next_power_of_2(m), BLOCK_N=block_n, BLOCK_K=block_k, EVEN_N=n % block_n == 0,
+                            EVEN_K=k % block_k == 0 and per * split_k == k, PARTIAL=split_k > 1,
+                            INTERPRET=interpret(), PDL=pdl, num_warps=warps, num_stages=1, launch_pdl=pdl)
+    return out
+
+
+def gemv_rows_tune(x: torch.Tensor, w: torch.Tensor, configs=None, l2_bytes: float = 128e6,
+                   timings: dict | None = None) -> tuple:
+    """Time ``configs`` (default :func:`rows_configs`) of :func:`gemv_rows` for this shape and row class (MR) as
+    :func:`tune` does (CUDA-graph replay, the weight rotated over >= ``l2_bytes``), cache the fastest in
+    ``_ROWS_BEST`` and return it. Call outside graph capture; needs CUDA."""
+    n, k = w.shape
+    key = _rows_key(n, k, x.shape[0], x.dtype)
+    if key in _ROWS_BEST and timings is None:
+        return _ROWS_BEST[key]
+    copies = min(64, max(1, -(-int(l2_bytes) // w.nbytes)))
+    ws = [w] + [w.clone() for _ in range(copies - 1)]
+    ref = (x.float() @ w.float().t()).to(x.dtype).float()
+    best = fastest_config(configs or rows_configs(x.shape[0]), lambda wi, cfg: gemv_rows(x, wi, cfg), ws, ref,
+                          timings, f"bf16 {x.shape[0]}-row GEMV (N={n}, K={k})")
+    _ROWS_BEST[key] = best
+    return best

@@ -413,15 +413,16 @@ struct KsMax {
   static constexpr int value = a < b ? a : b;
 };
 
-// The CTA's output: each warp stores its fragments (rows m < M) into its own slice of `red`, then the threads sum
-// the slices in warp order (a fixed order: the same result on every run) and write [M, 16 RT] (+ residual).
+// The CTA's output: each warp stores its fragments (rows m < M) into its own slice of `red` (warp w's at red + w *
+// slice, slice >= M * 16 RT floats), then the threads sum the slices in warp order (a fixed order: the same result
+// on every run) and write [M, 16 RT] (+ residual).
 template <bool BF16, int MT, int RT>
-__device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red, int ks, int warp, int gid, int tig,
-                                       int M, int N, int nbase, uint16_t* __restrict__ out,
+__device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red, size_t slice, int ks, int warp,
+                                       int gid, int tig, int M, int N, int nbase, uint16_t* __restrict__ out,
                                        const uint16_t* __restrict__ res, int act = 0) {
   using D = Dt<BF16>;
   constexpr int T = RT * 16;
-  float* mine = red + (size_t)warp * M * T;
+  float* mine = red + (size_t)warp * slice;
 #pragma unroll
   for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -445,8 +446,8 @@ __device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red
       if (col < I) {
         float g = 0.0f, u = 0.0f;
         for (int w = 0; w < ks; ++w) {
-          g += red[(size_t)w * M * T + m * T + nl];
-          u += red[(size_t)w * M * T + m * T + nl + 8];
+          g += red[(size_t)w * slice + m * T + nl];
+          u += red[(size_t)w * slice + m * T + nl + 8];
         }
         out[(size_t)m * I + col] = swiglu<BF16>(g, u);
       }
@@ -457,12 +458,23 @@ __device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red
     const int m = i / T, nl = i % T, n = nbase + nl;
     if (n < N) {
       float y = 0.0f;
-      for (int w = 0; w < ks; ++w) y += red[(size_t)w * M * T + i];
+      for (int w = 0; w < ks; ++w) y += red[(size_t)w * slice + i];
       if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
       out[(size_t)m * N + n] = D::from_f(y);
     }
   }
 }
+
+// WB_MAXREG (an experiment, 0 by default): cap the registers of the two cp.async-ring kernels at this many per
+// thread (__maxnreg__ instead of their launch bounds), for more resident warps per SM (benchmarks/probe_w4_layout.py)
+#ifndef WB_MAXREG
+#define WB_MAXREG 0
+#endif
+#if WB_MAXREG
+#define WB_RING_BOUNDS(...) __maxnreg__(WB_MAXREG)
+#else
+#define WB_RING_BOUNDS(...) __launch_bounds__(__VA_ARGS__)
+#endif
 
 template <bool BF16, int G, int MT, int RT, int DEPTH, bool XS>
 __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_kernel(const uint16_t* __restrict__ x, int sx,
@@ -519,7 +531,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_kernel(co
     }
   }
 
-  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res, act);
+  finish<BF16, MT, RT>(acc, red, (size_t)M * RT * 16, ks, warp, gid, tig, M, N, nbase, out, res, act);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -541,7 +553,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // ring, the activations are loaded one group ahead into registers. More bytes in flight per register than the
 // register ring, which at one row left the large matrices at about half the read bandwidth.
 template <bool BF16, int G, int MT, int RT, int DEPTH>
-__global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
+__global__ void WB_RING_BOUNDS(32 * KsMax<MT, RT>::value) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
                                                              const uint32_t* __restrict__ qw,
                                                              const uint16_t* __restrict__ s,
                                                              const uint16_t* __restrict__ z,
@@ -550,8 +562,8 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
                                                        int act) {
   using D = Dt<BF16>;
   constexpr int WPL = G / 32, CH = WPL / 4, C = RT * 2 * CH;  // 16-byte chunks per lane per group
-  extern __shared__ uint4 wring[];                            // [warp][DEPTH][C][32]
-  __shared__ float red[KsMax<MT, RT>::value * MT * 8 * RT * 16];  // [warp][m][n_local]
+  extern __shared__ uint4 wring[];                            // [warp][DEPTH][C][32]; at the end, `red`
+  static_assert(MT * 8 * RT * 16 <= DEPTH * C * 32 * 4, "a warp's reduction slice fits in its ring");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
   const int NG = K / G, KW = K / 8;
@@ -646,8 +658,12 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_async_ker
     }
   }
   cp_async_wait<0>();
+  __syncwarp();  // every lane's copies have landed and its ring reads are done: the warp's ring becomes its slice
 
-  finish<BF16, MT, RT>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res, act);
+  // the reduction slices live in the rings (each warp's in its own: no barrier before the stores), so that the
+  // CTA's shared memory is the ring alone (a static [KsMax][M][16 RT] array cost 16 KB a CTA at MT = 1, RT = 2)
+  finish<BF16, MT, RT>(acc, reinterpret_cast<float*>(wring), (size_t)DEPTH * C * 32 * 4, ks, warp, gid, tig, M, N,
+                       nbase, out, res, act);
 }
 
 // the wide kernel's activation tile per group: 8 MT rows of G columns, each row padded by 16 XW bytes so that a
@@ -915,15 +931,15 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
 // 2 tig + 8 + e <-> column 32 c + 8 tig + 4 j + 2 + e (e = 0, 1), for the weight (A) and the activations (B) alike.
 // Split-K over the CTA's KS warps and the output (+ residual) as in the INT4 kernels (finish: warp order).
 template <bool BF16, int MT, int CH, int DEPTH>
-__global__ void __launch_bounds__(32 * KsMax<MT, 1>::value) dense_mma_kernel(const uint16_t* __restrict__ x, int sx,
+__global__ void WB_RING_BOUNDS(32 * KsMax<MT, 1>::value) dense_mma_kernel(const uint16_t* __restrict__ x, int sx,
                                                                              const uint16_t* __restrict__ w,
                                                                              uint16_t* __restrict__ out,
                                                                              const uint16_t* __restrict__ res, int M,
                                                                              int N, int K) {
   using D = Dt<BF16>;
   constexpr int SC = 32 * CH;      // columns per stage
-  extern __shared__ uint4 dring[];  // [warp][DEPTH][2 CH][32]
-  __shared__ float red[KsMax<MT, 1>::value * MT * 8 * 16];
+  extern __shared__ uint4 dring[];  // [warp][DEPTH][2 CH][32]; at the end, `red` (as in the async INT4 kernel)
+  static_assert(MT * 8 * 16 <= DEPTH * 2 * CH * 32 * 4, "a warp's reduction slice fits in its ring");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
   const int NS = K / SC;
@@ -995,7 +1011,9 @@ __global__ void __launch_bounds__(32 * KsMax<MT, 1>::value) dense_mma_kernel(con
     }
   }
   cp_async_wait<0>();
-  finish<BF16, MT, 1>(acc, red, ks, warp, gid, tig, M, N, nbase, out, res);
+  __syncwarp();
+  finish<BF16, MT, 1>(acc, reinterpret_cast<float*>(dring), (size_t)DEPTH * 2 * CH * 32 * 4, ks, warp, gid, tig, M,
+                      N, nbase, out, res);
 }
 
 template <bool BF16, int MT, int CH, int DEPTH>
@@ -1012,7 +1030,7 @@ int launch_dense(const void* x, int sx, const void* w, void* out, const void* re
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  constexpr size_t stat = (size_t)KsMax<MT, 1>::value * MT * 8 * 16 * 4;
+  constexpr size_t stat = 0;  // the reduction slices are in the ring
   if (cfg.dynamicSmemBytes + stat > 48 * 1024) {
     static std::atomic<unsigned> raised{0};
     const cudaError_t e = raise_smem(dense_mma_kernel<BF16, MT, CH, DEPTH>, raised, cfg.dynamicSmemBytes, stat);
@@ -1043,7 +1061,7 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   if constexpr (XS == 2) {
     constexpr int C = RT * 2 * (G / 128);
     const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
-    constexpr size_t stat = (size_t)KsMax<MT, RT>::value * MT * 8 * RT * 16 * 4;  // the reduction slices
+    constexpr size_t stat = 0;  // the reduction slices are in the ring
     if (smem + stat > 48 * 1024) {  // the dynamic shared-memory limit is a per-device function attribute
       static std::atomic<unsigned> raised{0};
       e = raise_smem(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, raised, smem, stat);
