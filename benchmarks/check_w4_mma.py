@@ -11,8 +11,8 @@ by side with the other kernels, and engine steps.
     2**-6 max |ref|, >= 80% bit-equal (SwiGLU: 1e-2, 2**-5, 50%: :data:`TOL_SWIGLU`).
 (c) ``layers``: per layer matmul and M in 1, 2, 4, 8, 16, 32, 64 (Qwen2-7B and Llama-3-8B shapes, lm_head
     included), us under CUDA-graph replay with the weights rotated over >= 300 MB (L2 holds none): the MMA
-    kernel (tuned per call), the dense (bf16) MMA kernel of the same library (tuned), the Triton bf16 few-row GEMV
-    (``gemv.gemv_rows``, M <= 8, tuned; at M = 1 also the one-row ``gemv.gemv``), cuBLAS bf16, torch's tinygemm, the Triton INT4 tensor-core GEMM (``rows.gemm_int4``,
+    kernel (tuned per call), the dense (bf16) MMA kernel of the same library (tuned), at M = 1 the engine's one-row
+    bf16 GEMV (``gemv.gemv``, tuned, no prologue), cuBLAS bf16, torch's tinygemm, the Triton INT4 tensor-core GEMM (``rows.gemm_int4``,
     its default configuration), on gate_up the MMA kernel with its SwiGLU epilogue (``mma_swiglu``) and followed by
     the engine's ``silu_mul`` (``mma_then_silu``), and, at M = 1, the Triton CUDA-core GEMV (tuned); floors = bytes
     / read bandwidth
@@ -161,13 +161,9 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                 dcfg = mm.dense_tune(x, w16[0], timings=dt) if mm.dense_supported(n, k, x.dtype) else None
                 if dcfg is not None:
                     impls["dense_mma"] = ([lambda x, w=w, c=dcfg: mm.dense_gemm(x, w, None, c) for w in w16], fl16)
-                rcfg = None
                 if m == 1:  # the engine's one-row bf16 GEMV (no prologue) beside the few-row kernels
                     gcfg = gemv.tune(x, w16[0])
                     impls["gemv_bf16"] = ([lambda x, w=w, c=gcfg: gemv.gemv(x, w, cfg=c) for w in w16], fl16)
-                if m <= gemv.ROWS_MAX:
-                    rcfg = gemv.gemv_rows_tune(x, w16[0])
-                    impls["gemv_rows"] = ([lambda x, w=w, c=rcfg: gemv.gemv_rows(x, w, c) for w in w16], fl16)
                 if name == "gate_up":  # SwiGLU: the MMA kernel's epilogue, against the matmul + the engine's silu_mul
                     impls["mma_swiglu"] = ([lambda x, o=o, c=cfg, g=g, n=n: mm.gemm(x, *o, g, n, None, c, act="swiglu")
                                             for o in ours], fl4)
@@ -184,7 +180,7 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                         out.append({"model": model, "call": name, "N": n, "K": k, "M": m, "impl": impl, "us": us,
                                     "floor_us": fl, "x_floor": us / fl,
                                     "cfg": (list(cfg) if impl.startswith("mma") else list(dcfg) if impl == "dense_mma"
-                                            else list(rcfg) if impl == "gemv_rows" else None)})
+                                            else None)})
                     except Exception as e:  # noqa: BLE001 - keep the other kernels' rows
                         out.append({"model": model, "call": name, "M": m, "impl": impl, "error": str(e)[:300]})
                 out.append({"model": model, "call": name, "M": m, "impl": "mma_timings",

@@ -365,21 +365,17 @@ def test_dense_routing_is_on_for_two_to_eight_rows_and_cpu_calls_stay_on_linear(
 
 
 def test_dense_route_is_measured_once_per_shape_and_row_class_and_cublas_during_capture(monkeypatch):
-    # a few-row call takes the kernel that timed fastest: the winner of fastest_config (faked here) among cuBLAS,
-    # the dense MMA kernel and the few-row GEMV decides, once per (shape, row class MR = 2 / 4 / 8, dtype), timed at
-    # MR rows; inside graph capture an unmeasured shape takes cuBLAS and nothing is cached
+    # the kernel is used only where it timed faster than cuBLAS: the winner of fastest_config (faked here) decides,
+    # once per (shape, row class, dtype), timed at the class's largest row count within DENSE_MMA_ROWS; inside graph
+    # capture an unmeasured shape takes cuBLAS and nothing is cached
     from workbench.engine import weights
-    from workbench.kernels import gemv as gv
     from workbench.kernels import timing
 
     monkeypatch.setattr(weights, "_DENSE_ROUTE", {})
     monkeypatch.setattr(mm, "_DENSE_BEST", {})
-    monkeypatch.setattr(weights.Dense, "_mma_applies", lambda self: True)
     tuned, timed = [], []
-    monkeypatch.setattr(mm, "dense_tune", lambda x, w, *a, **k: tuned.append(("mma", tuple(x.shape))) or (1, 2, 4))
-    monkeypatch.setattr(gv, "gemv_rows_tune", lambda x, w, *a, **k: tuned.append(("rows", tuple(x.shape)))
-                        or (8, 32, 1, 4))
-    winner = {64: "cublas", 128: "mma", 96: "rows"}
+    monkeypatch.setattr(mm, "dense_tune", lambda x, w, *a, **k: tuned.append(tuple(x.shape)) or (1, 2, 4))
+    winner = {64: "cublas", 128: "mma"}
 
     def fake_fastest(configs, run, ws, ref, timings=None, what=""):
         timed.append((what, tuple(configs)))
@@ -390,24 +386,18 @@ def test_dense_route_is_measured_once_per_shape_and_row_class_and_cublas_during_
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a CPU build raises there)
     a = weights.Dense(torch.randn(32, 64).to(torch.bfloat16))
     b = weights.Dense(torch.randn(32, 128).to(torch.bfloat16))
-    assert a._route(3) == "cublas" and a._route(4) == "cublas" and a._route(8) == "cublas"
-    assert b._route(2) == "mma"
-    assert weights.Dense(torch.randn(32, 96).to(torch.bfloat16))._route(5) == "rows"
-    # each kernel tuned at the class's row count: 4 (3 and 4 rows), 8, 2, 8
-    assert [t[1][0] for t in tuned if t[0] == "mma"] == [4, 8, 2, 8] == [t[1][0] for t in tuned if t[0] == "rows"]
-    assert [t[0] for t in timed] == ["bf16 4-row route", "bf16 8-row route", "bf16 2-row route", "bf16 8-row route"]
-    assert all(t[1] == ("cublas", "mma", "rows") for t in timed)
+    assert a._route(3) is False and a._route(8) is False and b._route(2) is True
+    assert tuned == [(8, 64), (8, 128)]  # the configuration tuned at the class's largest row count (8)
+    assert timed == [("bf16 8-row route", ("mma", "cublas"))] * 2  # once per shape and class
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     c = weights.Dense(torch.randn(32, 256).to(torch.bfloat16))
-    assert c._route(4) == "cublas" and len(timed) == 4 and len(weights._DENSE_ROUTE) == 4
-    # a kernel that cannot be tuned for a shape drops out of the race, with a warning
+    assert c._route(4) is False and len(timed) == 2 and len(weights._DENSE_ROUTE) == 2
+    # a kernel that cannot be tuned for a shape: that class stays on cuBLAS, with a warning
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(mm, "dense_tune", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no configuration ran")))
-    winner[256] = "rows"
-    with pytest.warns(UserWarning, match="mma kernel off"):
-        assert c._route(4) == "rows"
-    assert timed[-1] == ("bf16 4-row route", ("cublas", "rows"))
-    assert weights._DENSE_ROUTE[(32, 256, 4, torch.bfloat16)] == "rows"
+    with pytest.warns(UserWarning, match="cuBLAS instead"):
+        assert c._route(4) is False
+    assert weights._DENSE_ROUTE[mm.dense_key(32, 256, 8, torch.bfloat16, False)] is False
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
@@ -425,12 +415,7 @@ def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
         y, ref = lin(x), torch.nn.functional.linear(x, w)
         assert y.shape == ref.shape
         assert float((y.float() - ref.float()).norm() / ref.float().norm()) < 5e-3
-    assert lin._mma is True and list(weights._DENSE_ROUTE) == [(256, 512, 4, torch.bfloat16)]
-    for route in ("mma", "rows"):  # each kernel, forced, on the engine's call
-        weights._DENSE_ROUTE[(256, 512, 4, torch.bfloat16)] = route
-        x = torch.randn(3, 512, device="cuda").to(torch.bfloat16)
-        y, ref = lin(x), torch.nn.functional.linear(x, w)
-        assert float((y.float() - ref.float()).norm() / ref.float().norm()) < 5e-3, route
+    assert lin._mma is True and list(weights._DENSE_ROUTE) == [mm.dense_key(256, 512, 8, torch.bfloat16, False)]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

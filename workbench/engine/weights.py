@@ -41,80 +41,57 @@ QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model
 # False: cuBLAS always. WORKBENCH_DENSE_MMA ("0", "1", "auto"), read at import, overrides it.
 DENSE_MMA: bool | str = tristate_env("WORKBENCH_DENSE_MMA")
 DENSE_MMA_ROWS = (2, 8)
-# The route of a few-row call: per weight shape and row class (MR = the next power of two >= the rows: 2, 4, 8) the
-# fastest of cuBLAS, the dense MMA kernel and the Triton few-row GEMV (workbench.kernels.gemv.gemv_rows), timed once
-# at MR rows (Dense._route). DENSE_MMA off: cuBLAS for every row count.
-_DENSE_ROUTE: dict = {}  # (N, K, MR, dtype) -> "cublas" | "mma" | "rows"
-ROUTES = ("cublas", "mma", "rows")
-
-
-def _row_class(m: int) -> int:
-    return 1 << max(0, m - 1).bit_length()
+_DENSE_ROUTE: dict = {}  # w4a16_mma.dense_key(N, K, rows, dtype, False) -> True (the kernel) / False (cuBLAS)
 
 
 class Dense:
-    """``y = x @ w.T`` for ``w`` ``[out, in]``: cuBLAS, or for :data:`DENSE_MMA_ROWS` rows on CUDA whichever of the
-    dense MMA kernel and the Triton few-row GEMV :meth:`_route` measured faster than cuBLAS for this shape and row
-    class (:data:`DENSE_MMA`; configurations tuned once per shape and row class, outside graph capture)."""
+    """``y = x @ w.T`` for ``w`` ``[out, in]``: cuBLAS, or for :data:`DENSE_MMA_ROWS` rows on CUDA the dense MMA
+    kernel (:data:`DENSE_MMA`; its configuration tuned once per shape and row class, outside graph capture) where
+    :meth:`_route` measured it faster than cuBLAS."""
 
     def __init__(self, w: torch.Tensor):
         self.w = w
-        self._mma: bool | None = None  # the MMA kernel takes this weight here (decided at the first few-row call)
+        self._mma: bool | None = None  # the kernel takes this weight here (decided at the first few-row call)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = x.numel() // max(1, x.shape[-1])
-        if (DENSE_MMA and DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1] and x.is_cuda and x.dtype == self.w.dtype
-                and self.w.is_contiguous()):
-            which = self._route(m)
-            if which == "mma":
+        if DENSE_MMA and DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1] and x.is_cuda and x.dtype == self.w.dtype:
+            if self._mma is None:
+                self._mma = self._mma_applies()
+            if self._mma and self._route(m):
                 return self._mma_call(x.reshape(m, x.shape[-1])).reshape(*x.shape[:-1], self.w.shape[0])
-            if which == "rows":
-                from workbench.kernels.gemv import gemv_rows
-
-                return gemv_rows(x.reshape(m, x.shape[-1]), self.w).reshape(*x.shape[:-1], self.w.shape[0])
         return F.linear(x, self.w)
 
-    def _route(self, m: int) -> str:
-        """Which kernel calls of ``m`` rows take: ``"cublas"``, ``"mma"`` (the dense MMA kernel, where its library
-        builds and takes the shape) or ``"rows"`` (:func:`workbench.kernels.gemv.gemv_rows`), each tuned, then
-        timed against each other once per shape and row class (:func:`_row_class`) at the class's row count, with
-        the weight rotated over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`);
-        cached in :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: ``"cublas"``, not cached.
-        A kernel that fails to tune (``RuntimeError``) drops out of the race, with a warning."""
-        from workbench.kernels import gemv as gv
+    def _route(self, m: int) -> bool:
+        """Whether calls of ``m`` rows take the dense MMA kernel: the kernel (tuned) timed against cuBLAS once per
+        shape and row class, at the class's largest row count within :data:`DENSE_MMA_ROWS`, with the weight rotated
+        over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); cached in
+        :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached. A kernel
+        that fails to tune or launch here (``RuntimeError``) routes the class to cuBLAS, with a warning."""
         from workbench.kernels import w4a16_mma as mm
         from workbench.kernels.timing import fastest_config, weight_copies
 
         n, k = self.w.shape
-        rows = min(_row_class(m), DENSE_MMA_ROWS[1])
-        key = (n, k, rows, self.w.dtype)
+        rows = min(8 * mm.m_tiles(m), DENSE_MMA_ROWS[1])
+        key = mm.dense_key(n, k, rows, self.w.dtype, False)
         if key in _DENSE_ROUTE:
             return _DENSE_ROUTE[key]
         if torch.cuda.is_current_stream_capturing():
-            return "cublas"
-        if self._mma is None:
-            self._mma = self._mma_applies()
+            return False
         x = torch.randn(rows, k, device=self.w.device, dtype=self.w.dtype)
-        cfgs: dict = {"cublas": None}
-        for name, tune in (("mma", lambda: mm._DENSE_BEST.get(mm.dense_key(n, k, rows, self.w.dtype, False))
-                            or mm.dense_tune(x, self.w)), ("rows", lambda: gv.gemv_rows_tune(x, self.w))):
-            if name == "mma" and not self._mma:
-                continue
-            try:
-                cfgs[name] = tune()  # (the configuration the call will use)
-            except RuntimeError as e:
-                warnings.warn(f"{name} kernel off for N={n}, K={k}, {rows} rows: {str(e)[:200]}", stacklevel=3)
-        ws = weight_copies((self.w,))
-        ref = F.linear(x, self.w).float()  # (no float32 copy of the weight: an lm_head's would be GBs)
+        try:
+            cfg = mm._DENSE_BEST.get(key) or mm.dense_tune(x, self.w)  # (the configuration _mma_call will use)
+            ws = weight_copies((self.w,))
+            ref = F.linear(x, self.w).float()  # (no float32 copy of the weight: an lm_head's would be GBs)
 
-        def run(wi, which):
-            if which == "mma":
-                return mm.dense_gemm(x, wi[0], None, cfgs["mma"])
-            if which == "rows":
-                return gv.gemv_rows(x, wi[0], cfgs["rows"])
-            return F.linear(x, wi[0])
+            def run(wi, which):
+                return mm.dense_gemm(x, wi[0], None, cfg) if which == "mma" else F.linear(x, wi[0])
 
-        won = fastest_config(list(cfgs), run, ws, ref, None, f"bf16 {rows}-row route") if len(cfgs) > 1 else "cublas"
+            won = fastest_config(["mma", "cublas"], run, ws, ref, None, f"bf16 {rows}-row route") == "mma"
+        except RuntimeError as e:
+            warnings.warn(f"dense MMA kernel off for N={n}, K={k}, {rows} rows (cuBLAS instead): {str(e)[:200]}",
+                          stacklevel=3)
+            won = False
         _DENSE_ROUTE[key] = won
         return won
 
@@ -135,12 +112,13 @@ class Dense:
         return mm.dense_gemm(x, self.w, None, cfg)
 
     def warmup(self, max_m: int = 4) -> None:
-        """Measure the route (:meth:`_route`) and tune the kernels now for each row class of :data:`DENSE_MMA_ROWS`
-        (2, 3-4, 5-8 rows), outside graph capture, whatever ``max_m`` (the engine's batch): verify steps of
-        speculative decoding take up to 9 rows at batch 1. No-op off CUDA or where the few-row kernels are off."""
+        """Measure the route (:meth:`_route`) and tune the dense MMA kernel now for each row class of
+        :data:`DENSE_MMA_ROWS`, outside graph capture, whatever ``max_m`` (the engine's batch): verify steps of
+        speculative decoding take up to 9 rows at batch 1. No-op off CUDA or where the kernel is off or does not
+        apply."""
         if not DENSE_MMA or not self.w.is_cuda:
             return
-        for m in (2, 3, 5, 9):  # one call per row class: __call__ routes it
+        for m in (2, 9, 17, 33):  # one call per row class: __call__ decides whether the kernel applies and routes it
             if DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1]:
                 self(torch.randn(m, self.w.shape[1], device=self.w.device, dtype=self.w.dtype))
 
