@@ -466,7 +466,8 @@ __device__ __forceinline__ void finish(const float (&acc)[RT][MT][4], float* red
 }
 
 // WB_MAXREG (an experiment, 0 by default): cap the registers of the two cp.async-ring kernels at this many per
-// thread (__maxnreg__ instead of their launch bounds), for more resident warps per SM (benchmarks/probe_w4_layout.py)
+// thread (__maxnreg__ instead of their launch bounds), for more resident warps per SM; measured slower
+// (benchmarks/results/h200_2026-12-03e/: more warps, spills, no gain)
 #ifndef WB_MAXREG
 #define WB_MAXREG 0
 #endif
@@ -1030,10 +1031,9 @@ int launch_dense(const void* x, int sx, const void* w, void* out, const void* re
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  constexpr size_t stat = 0;  // the reduction slices are in the ring
-  if (cfg.dynamicSmemBytes + stat > 48 * 1024) {
+  if (cfg.dynamicSmemBytes > 48 * 1024) {  // (no static shared memory: the reduction slices are in the ring)
     static std::atomic<unsigned> raised{0};
-    const cudaError_t e = raise_smem(dense_mma_kernel<BF16, MT, CH, DEPTH>, raised, cfg.dynamicSmemBytes, stat);
+    const cudaError_t e = raise_smem(dense_mma_kernel<BF16, MT, CH, DEPTH>, raised, cfg.dynamicSmemBytes, 0);
     if (e != cudaSuccess) return (int)e;
   }
   const cudaError_t e = cudaLaunchKernelEx(&cfg, dense_mma_kernel<BF16, MT, CH, DEPTH>, (const uint16_t*)x, sx,
@@ -1061,10 +1061,9 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   if constexpr (XS == 2) {
     constexpr int C = RT * 2 * (G / 128);
     const size_t smem = (size_t)ks * DEPTH * C * 32 * 16;
-    constexpr size_t stat = 0;  // the reduction slices are in the ring
-    if (smem + stat > 48 * 1024) {  // the dynamic shared-memory limit is a per-device function attribute
+    if (smem > 48 * 1024) {  // the dynamic shared-memory limit is a per-device function attribute (no static one)
       static std::atomic<unsigned> raised{0};
-      e = raise_smem(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, raised, smem, stat);
+      e = raise_smem(w4a16_mma_async_kernel<BF16, G, MT, RT, DEPTH>, raised, smem, 0);
       if (e != cudaSuccess) return (int)e;
     }
     cfg.dynamicSmemBytes = smem;
