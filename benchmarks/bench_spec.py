@@ -42,8 +42,14 @@ def spec_run(target: Engine, draft: Engine, config: SpecConfig, prompt_len: int 
     speculative_generate(t_run, d_run, prompt, config=warm, clock=time.perf_counter)
     out = speculative_generate(t_run, d_run, prompt, config=config, clock=time.perf_counter)
     st = out.stats
+    n = max(st.num_drafts, 1)
+    # where a step's wall time goes (device events around the drafts and around verify + rejection; the rest is
+    # the gap between steps: the host reading the accepted count and issuing the next draft step)
+    draft_s, target_s = sum(st.draft_times_s), sum(st.target_times_s)
     return {"ms": out.decode_s * 1e3, "tokens": len(out.tokens), "steps": st.num_drafts, "alpha": st.alpha,
-            "tau": st.tau, "loop": out.loop}
+            "tau": st.tau, "loop": out.loop, "draft_ms_per_step": draft_s / n * 1e3,
+            "verify_ms_per_step": target_s / n * 1e3,
+            "between_ms_per_step": (out.decode_s - draft_s - target_s) / n * 1e3}
 
 
 def bench_spec(target: Engine, draft: Engine, alphas=(0.6, 0.8, 0.9), ks=(2, 4, 6, 8), n_tokens: int = 400,
@@ -69,6 +75,7 @@ def bench_spec(target: Engine, draft: Engine, alphas=(0.6, 0.8, 0.9), ks=(2, 4, 
                          "target_ms": t_ms, "draft_ms": d_ms, "verify_cost": v, "tau": r["tau"],
                          "ratio_at_realized_tau": realized / (r["tau"] / (k * c + 1)),
                          "tau_expected": expected_tokens_per_step(a, k), "loop": r["loop"],
+                         **{f: r[f] for f in ("draft_ms_per_step", "verify_ms_per_step", "between_ms_per_step")},
                          "spec_ms_per_token": r["ms"] / r["tokens"], "realized_speedup": realized,
                          "theoretical_speedup": theory, "ratio": realized / theory,
                          "theory_with_verify_cost": speedup(a, k, c, v)})

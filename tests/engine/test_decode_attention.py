@@ -52,6 +52,20 @@ def test_kernel_matches_reference(g, t, splits):
     torch.testing.assert_close(out[0], v[2, :, :1].expand(KV, g * t, D), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize("g,t", [(3, 5), (2, 1)])
+def test_token_layout_is_the_o_projection_input(g, t, splits):
+    # layout="tokens" writes row b*T + t, columns of head kv*G + g: the reference permuted as forward._attend did
+    q, k, v, slots, qpos = _case(g, t)
+    ref = decode_attention_ref(q, k, v, slots, qpos)  # [B, KV, G*T, D]
+    want = ref.view(2, KV, g, t, D).permute(0, 3, 1, 2, 4).reshape(2 * t, KV * g * D)
+    out = decode_attention(*(a.to(DEV) for a in (q, k, v, slots, qpos)), num_splits=splits, layout="tokens").cpu()
+    assert out.shape == (2 * t, KV * g * D) and out.is_contiguous()
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="layout"):
+        decode_attention(*(a.to(DEV) for a in (q, k, v, slots, qpos)), layout="bhsd")
+
+
 def test_kernel_half_precision_close_to_fp32_reference():
     """float16, not bfloat16: Triton 3.6's interpreter multiplies bf16 dot operands as raw bits (the
     bf16 path is checked on the GPU by benchmarks/check_decode_attention.py)."""

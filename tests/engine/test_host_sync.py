@@ -34,3 +34,27 @@ def test_prefix_copy_and_ragged_prefill_do_not_sync():
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
     assert eng.lengths()[[0, 2, 4, 5]].tolist() == [20 + 7 + r for r in range(4)]
+
+
+def test_speculative_verify_step_and_rollback_do_not_sync():
+    # a verify step (graph replay of T = k + 1 tokens) and the rollback of its rejected tokens (truncate_slot) every
+    # round: `_len_dev[slot] = length` copied the length from pageable host memory, a sync per round
+    eng = Engine.from_config(TINY, max_batch=2, max_seq=128, device="cuda", dtype=torch.bfloat16, seed=0)
+    eng.extend_batch([0], torch.randint(0, 256, (1, 16), device="cuda"), logits="last")
+    toks = torch.randint(0, 256, (1, 5), device="cuda")
+    for _ in range(2):  # capture the graph of this shape
+        eng.extend_batch([0], toks)
+        eng.truncate_slot(0, 16)
+    kv = eng.read_slot_kv(0, 16)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for keep in (16, 18, 17):
+            eng.extend_batch([0], toks)
+            eng.truncate_slot(0, keep)
+            eng.truncate_slot(0, 16)
+        eng.write_slot_kv(1, kv)  # a transferred prompt (P/D) sets the length the same way
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    assert eng.lengths().tolist() == [16, 16] and eng._len_dev.tolist() == [16, 16]

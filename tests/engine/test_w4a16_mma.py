@@ -265,6 +265,11 @@ def test_plain_calls_above_the_row_threshold_follow_the_measured_route(monkeypat
 
 def test_ks_max_and_default_cfg_stay_within_the_compiled_variants():
     assert [mm.ks_max(mt, rt) for mt, rt in ((1, 1), (1, 2), (2, 2), (1, 4), (4, 2), (8, 1))] == [16, 16, 8, 8, 8, 8]
+    # the cp.async kernel (XS = 2) takes 16 warps at MT = RT = 2 (KsMaxAsync); the register kernels keep 8
+    assert [mm.ks_max(mt, rt, 2) for mt, rt in ((1, 1), (2, 2), (1, 4), (4, 2))] == [16, 16, 8, 8]
+    assert [mm.ks_max(2, 2, xs) for xs in (0, 1)] == [8, 8]
+    assert {(2, 2, 2, 16), (2, 3, 2, 16)} <= set(mm.configs_for(mm.source_variants(), 4608, 3584, 16, 128))
+    assert (2, 2, 0, 16) not in mm.configs_for(mm.source_variants(), 4608, 3584, 16, 128)
     src = set(mm.source_variants())
     for g in mm.GROUPS:
         for m in (1, 9, 17, 33):

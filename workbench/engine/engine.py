@@ -229,7 +229,9 @@ class Engine:
             raise ValueError(f"truncate length {length} outside [0, {cur}] for slot {slot}")
         if length != cur:
             self._len_host[slot] = length
-            self._len_dev[slot] = length
+            # fill_ of a one-element view: a kernel launch. `_len_dev[slot] = length` copies the scalar from
+            # pageable host memory, which waits for the queue: a host sync after every speculative verify step
+            self._len_dev[slot:slot + 1].fill_(length)
 
     def copy_prefix(self, src: int, dst, length: int) -> None:
         """Copy the first ``length`` cached positions of ``src`` into each slot of ``dst``."""
@@ -279,7 +281,7 @@ class Engine:
             self.k_cache[:, slot, :, :length] = kv[0]
             self.v_cache[:, slot, :, :length] = kv[1]
         self._len_host[slot] = length
-        self._len_dev[slot] = length
+        self._len_dev[slot:slot + 1].fill_(length)  # (no host sync: see truncate_slot)
 
     def synchronize(self) -> None:
         """Wait for queued device work."""

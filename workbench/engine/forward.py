@@ -84,17 +84,16 @@ def _attend(eng, st: _Step, li: int, q) -> torch.Tensor:
     ``st.slots``: ``[B*T, n_heads*D]`` in the compute dtype."""
     s, kc, vc = eng.spec, eng.k_cache[li], eng.v_cache[li]
     scale = 1.0 / math.sqrt(s.head_dim)
-    if st.decode_attn is not None:
-        o = st.decode_attn(q, kc, vc, st.slots, st.qpos, scale)  # [B, KV, G*T, D]
+    if st.decode_attn is not None:  # written as [B*T, H*D] by the kernel: no permuting copy at T > 1
+        return st.decode_attn(q, kc, vc, st.slots, st.qpos, scale, layout="tokens")
+    if eng.kvq is not None:  # dequantized keys and values [B, KV, kv_len, D]
+        kk, vv = eng.kvq.read(li, st.slots, st.kv_len, st.prefix)
+    elif st.prefix:
+        kk, vv = kc[:st.b, :, :st.kv_len], vc[:st.b, :, :st.kv_len]
     else:
-        if eng.kvq is not None:  # dequantized keys and values [B, KV, kv_len, D]
-            kk, vv = eng.kvq.read(li, st.slots, st.kv_len, st.prefix)
-        elif st.prefix:
-            kk, vv = kc[:st.b, :, :st.kv_len], vc[:st.b, :, :st.kv_len]
-        else:
-            kk = kc[:, :, :st.kv_len].index_select(0, st.slots)
-            vv = vc[:, :, :st.kv_len].index_select(0, st.slots)
-        o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=st.mask, scale=scale)
+        kk = kc[:, :, :st.kv_len].index_select(0, st.slots)
+        vv = vc[:, :, :st.kv_len].index_select(0, st.slots)
+    o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=st.mask, scale=scale)
     o = o.view(st.b, s.n_kv_heads, s.group, st.t, s.head_dim).permute(0, 3, 1, 2, 4)
     return o.reshape(st.b * st.t, s.n_heads * s.head_dim)
 

@@ -71,7 +71,7 @@ def _attend_block(q, kbase, vbase, qpos, s0, end, sk_s, qk_scale, m_i, l_i, acc,
 @triton.jit
 def _split_kernel(Q, K, V, SLOTS, QPOS, O, PO, PM, PL,
                   T, M, qk_scale,
-                  sq_b, sq_h, sq_m, sk_b, sk_h, sk_s, so_b, so_h, so_m,
+                  sq_b, sq_h, sq_m, sk_b, sk_h, sk_s, so_b, so_h, so_g, so_t,
                   NUM_SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr,
                   D: tl.constexpr, IEEE: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
     if PDL:  # programmatic dependent launch: wait for the previous kernel before any read or write
@@ -107,7 +107,8 @@ def _split_kernel(Q, K, V, SLOTS, QPOS, O, PO, PM, PL,
                                           BLOCK_S, D, IEEE)
     if NUM_SPLITS == 1:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # l_i = 0 only in the padding rows >= M
-        tl.store(O + b * so_b + h * so_h + rows[:, None] * so_m + dd[None, :], out.to(O.dtype.element_ty),
+        orow = (rows // T) * so_g + (rows % T) * so_t  # query row g * T + t: head g of the group, token t
+        tl.store(O + b * so_b + h * so_h + orow[:, None] + dd[None, :], out.to(O.dtype.element_ty),
                  mask=rmask[:, None])
     else:
         base = ((b * tl.num_programs(1) + h) * NUM_SPLITS + j) * M  # partials [B, KV, splits, M, (D)]
@@ -117,7 +118,7 @@ def _split_kernel(Q, K, V, SLOTS, QPOS, O, PO, PM, PL,
 
 
 @triton.jit
-def _combine_kernel(PO, PM, PL, O, QPOS, T, KV, M, so_b, so_h, so_m,
+def _combine_kernel(PO, PM, PL, O, QPOS, T, KV, M, so_b, so_h, so_g, so_t,
                     NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_S: tl.constexpr,
                     T_PAD: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
     if PDL:
@@ -139,7 +140,7 @@ def _combine_kernel(PO, PM, PL, O, QPOS, T, KV, M, so_b, so_h, so_m,
     w = tl.exp2(m - mx)  # splits without a visible key for this row (m = -inf) weigh 0
     acc = tl.load(PO + idx[:, None] * D + dd[None, :], mask=smask[:, None], other=0.0)
     out = tl.sum(acc * w[:, None], axis=0) / tl.sum(l_ * w, axis=0)
-    tl.store(O + b * so_b + (bh % KV) * so_h + r * so_m + dd, out.to(O.dtype.element_ty))
+    tl.store(O + b * so_b + (bh % KV) * so_h + (r // T) * so_g + (r % T) * so_t + dd, out.to(O.dtype.element_ty))
 
 
 @functools.cache
@@ -158,7 +159,7 @@ def num_splits_for(batch: int, n_kv: int, s_cache: int, block_s: int = 32, targe
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                      qpos: torch.Tensor, scale: float | None = None, num_splits: int | None = None,
-                     block_s: int = 32, num_warps: int = 4) -> torch.Tensor:
+                     block_s: int = 32, num_warps: int = 4, layout: str = "heads") -> torch.Tensor:
     """Attention of the new tokens of ``B`` rows over their cached keys, reading only valid columns.
 
     Args: ``q`` ``[B, KV, G*T, D]`` (row ``g*T + t`` = query head ``kv*G + g`` of token t, as
@@ -166,7 +167,13 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     one layer ``[max_batch, KV, S_cache, D]`` (same strides); ``slots`` ``[B]`` int cache row of each
     batch row; ``qpos`` ``[B, T]`` int (device tensor, contiguous): query token t of row b sees keys
     ``s <= qpos[b, t]`` (must be ``>= 0``). ``scale`` defaults to ``1/sqrt(D)``; ``num_splits`` to
-    :func:`num_splits_for`. ``D`` must be a power of two >= 16. Returns ``[B, KV, G*T, D]`` in q's dtype.
+    :func:`num_splits_for`. ``D`` must be a power of two >= 16. Returns, in q's dtype, ``[B, KV, G*T, D]``
+    (``layout="heads"``), or with ``layout="tokens"`` the same values as ``[B*T, KV*G*D]`` (row ``b*T + t``,
+    columns of query head ``kv*G + g``): the input of the o projection, written in place by the kernels, so that
+    a verify step (``T > 1``) needs no permuting copy (a torch kernel between two PDL-launched ones).
+
+    Raises ``ValueError`` for a head_dim that is not a power of two >= 16, a non-contiguous last dim, K/V
+    strides that differ, or an unknown ``layout``.
     """
     b, kvh, m, d = q.shape
     t = qpos.shape[1]
@@ -177,7 +184,17 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     splits = num_splits or num_splits_for(b, kvh, k_cache.shape[2], block_s)
     qpos = qpos.contiguous()
-    out = torch.empty(b, kvh, m, d, dtype=q.dtype, device=q.device)
+    if layout not in ("heads", "tokens"):
+        raise ValueError(f"layout={layout!r}; use 'heads' ([B, KV, G*T, D]) or 'tokens' ([B*T, KV*G*D])")
+    if m % t:
+        raise ValueError(f"q has {m} rows per KV head, not a multiple of T={t} (qpos [B, T])")
+    g = m // t
+    if layout == "heads":
+        out = torch.empty(b, kvh, m, d, dtype=q.dtype, device=q.device)
+        so = (out.stride(0), out.stride(1), t * d, d)  # row g*T + t at (g*T + t) * D
+    else:
+        out = torch.empty(b * t, kvh * g * d, dtype=q.dtype, device=q.device)
+        so = (t * kvh * g * d, g * d, d, kvh * g * d)  # [B, T, KV, G, D]
     if splits > 1:
         po = torch.empty(b, kvh, splits, m, d, dtype=torch.float32, device=q.device)
         pm = torch.empty(b, kvh, splits, m, dtype=torch.float32, device=q.device)
@@ -189,12 +206,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _split_kernel[(b, kvh, splits)](
         q, k_cache, v_cache, slots, qpos, out, po, pm, pl, t, m, scale * _LOG2E,
         q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
+        *so,
         NUM_SPLITS=splits, BLOCK_M=block_m, BLOCK_S=block_s, D=d, IEEE=q.dtype == torch.float32,
         INTERPRET=os.environ.get("TRITON_INTERPRET") == "1", PDL=pdl,
         num_warps=num_warps, launch_pdl=pdl)
     if splits > 1:
-        _combine_kernel[(b * kvh, m)](po, pm, pl, out, qpos, t, kvh, m, out.stride(0), out.stride(1), out.stride(2),
+        _combine_kernel[(b * kvh, m)](po, pm, pl, out, qpos, t, kvh, m, *so,
                                       NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits),
                                       BLOCK_S=block_s, T_PAD=triton.next_power_of_2(t), D=d, PDL=pdl,
                                       num_warps=1 if d <= 64 else 2, launch_pdl=pdl)

@@ -92,7 +92,7 @@ WIDE_PRESCALED = 2  # whose bit 0 puts the weights through shared memory and bit
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
-ABI = 2  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue)
+ABI = 3  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue; 3: ks_max takes XS)
 ACTS = {"none": 0, "swiglu": 1}  # output epilogues: none, or SwiGLU on a [gate | up] weight (see gemm)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
 _BEST: dict = {}
@@ -238,9 +238,9 @@ def variants(device_index: int = 0) -> tuple:
     for _g, mt, rt, _d, xs in out:  # the Python bound must be the kernel's
         if xs >= WIDE:
             continue
-        if lib.wb_w4mma_ks_max(mt, rt) != ks_max(mt, rt):
-            raise RuntimeError(f"ks_max({mt}, {rt}) = {ks_max(mt, rt)} but the library says "
-                               f"{lib.wb_w4mma_ks_max(mt, rt)}: rebuild it from this source")
+        if lib.wb_w4mma_ks_max(mt, rt, xs) != ks_max(mt, rt, xs):
+            raise RuntimeError(f"ks_max({mt}, {rt}, {xs}) = {ks_max(mt, rt, xs)} but the library says "
+                               f"{lib.wb_w4mma_ks_max(mt, rt, xs)}: rebuild it from this source")
     return out
 
 
@@ -263,9 +263,12 @@ def supported(n: int, k: int, group: int, dtype: torch.dtype, zeros: torch.Tenso
     return zeros is None or (bool(torch.equal(zeros, zeros.round())) and float(zeros.abs().max()) < _MAGIC[dtype][1])
 
 
-def ks_max(mt: int, rt: int) -> int:
+def ks_max(mt: int, rt: int, xs: int = 0) -> int:
     """The most warps per CTA (``KS``) a variant takes: 16, or 8 where a warp holds >= 4 fragment tiles, and at most
-    ``64 / (MT * RT)`` (its per-warp reduction slices fit 32 KB); ``KsMax`` in the source."""
+    ``64 / (MT * RT)`` (its per-warp reduction slices fit 32 KB); ``KsMax`` in the source. The cp.async kernel
+    (``xs == 2``, weights in shared memory) takes 16 at ``MT = RT = 2`` too (``KsMaxAsync``)."""
+    if xs == 2 and mt == 2 and rt == 2:
+        return 16
     return min(8 if mt * rt >= 4 else 16, 64 // (mt * rt))
 
 
@@ -274,10 +277,16 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
     KS)`` for the split kernels, with ``KS`` warps per CTA up to :func:`ks_max` and such that each warp gets at least
     one group; ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (:data:`WIDE_WARPS`, :data:`WIDE_SPLITS`, each
     split at least one group, at most ``16 * 132`` CTAs)."""
+    return configs_for(variants(device_index), n, k, m, group)
+
+
+def configs_for(vs, n: int, k: int, m: int, group: int) -> list:
+    """:func:`configs` over the ``(G, MT, RT, DEPTH, XS)`` variants ``vs`` (e.g. :func:`source_variants` on a machine
+    without the library)."""
     mt = m_tiles(m)
     ng = k // group
     out = []
-    for g, vmt, rt, depth, xs in variants(device_index):
+    for g, vmt, rt, depth, xs in vs:
         if g != group or vmt != mt:
             continue
         if xs >= WIDE:
@@ -286,7 +295,7 @@ def configs(n: int, k: int, m: int, group: int, device_index: int = 0) -> list:
                 out += [(rt, depth, xs, w, sp) for sp in WIDE_SPLITS if sp <= ng and tiles * sp <= 16 * 132]
             continue
         for ks in KS_CHOICES:
-            if ks <= ng and ks <= ks_max(mt, rt):
+            if ks <= ng and ks <= ks_max(mt, rt, xs):
                 out.append((rt, depth, xs, ks))
     return out
 

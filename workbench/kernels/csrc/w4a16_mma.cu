@@ -412,6 +412,13 @@ struct KsMax {
   static constexpr int a = (MT * RT >= 4) ? 8 : 16, b = 64 / (MT * RT);
   static constexpr int value = a < b ? a : b;
 };
+// The cp.async kernel (XS = 2) keeps its weights in shared memory, not in a register ring, so MT = 2, RT = 2 (four
+// fragment tiles) fits 128 registers a thread too: 16 warps. At 16 rows the register kernels' 8 warps a CTA left
+// too few loads in flight on a long K (down: K = 18944, 30 us at 16 rows against 19 at 8 rows with 16 warps).
+template <int MT, int RT>
+struct KsMaxAsync {
+  static constexpr int value = (MT == 2 && RT == 2) ? 16 : KsMax<MT, RT>::value;
+};
 
 // The CTA's output: each warp stores its fragments (rows m < M) into its own slice of `red` (warp w's at red + w *
 // slice, slice >= M * 16 RT floats), then the threads sum the slices in warp order (a fixed order: the same result
@@ -554,7 +561,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // ring, the activations are loaded one group ahead into registers. More bytes in flight per register than the
 // register ring, which at one row left the large matrices at about half the read bandwidth.
 template <bool BF16, int G, int MT, int RT, int DEPTH>
-__global__ void WB_RING_BOUNDS(32 * KsMax<MT, RT>::value) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
+__global__ void WB_RING_BOUNDS(32 * KsMaxAsync<MT, RT>::value) w4a16_mma_async_kernel(const uint16_t* __restrict__ x, int sx,
                                                              const uint32_t* __restrict__ qw,
                                                              const uint16_t* __restrict__ s,
                                                              const uint16_t* __restrict__ z,
@@ -1056,7 +1063,7 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   cudaError_t e = cudaSuccess;
-  if (ks < 1 || ks > KsMax<MT, RT>::value) return (int)cudaErrorInvalidValue;
+  if (ks < 1 || ks > (XS == 2 ? KsMaxAsync<MT, RT>::value : KsMax<MT, RT>::value)) return (int)cudaErrorInvalidValue;
   if (act && (res != nullptr || N % 16)) return (int)cudaErrorInvalidValue;  // SwiGLU: no residual, I % 8 == 0
   if constexpr (XS == 2) {
     constexpr int C = RT * 2 * (G / 128);
@@ -1091,7 +1098,8 @@ int launch_one(const void* x, int sx, const void* qw, const void* s, const void*
   X(128, 4, 1, 2, 0) X(128, 4, 2, 2, 0) X(128, 8, 1, 2, 0)                                                  \
   X(256, 1, 1, 2, 0) X(256, 1, 2, 2, 0) X(256, 2, 1, 2, 0) X(256, 4, 1, 2, 0) X(256, 8, 1, 2, 0)           \
   X(128, 1, 1, 3, 2) X(128, 1, 1, 4, 2) X(128, 1, 1, 6, 2) X(128, 1, 2, 3, 2) X(128, 2, 1, 3, 2)           \
-  X(128, 1, 2, 2, 2) X(128, 1, 2, 4, 2) X(128, 1, 4, 2, 2) X(128, 1, 4, 3, 2) \
+  X(128, 1, 2, 2, 2) X(128, 1, 2, 4, 2) X(128, 1, 4, 2, 2) X(128, 1, 4, 3, 2) X(128, 2, 2, 2, 2) X(128, 2, 2, 3, 2) \
+  X(128, 2, 4, 2, 2) X(128, 2, 4, 3, 2) \
   X(256, 1, 1, 3, 2)
 
 extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, int xs, int ks, const void* x, int sx,
@@ -1163,11 +1171,13 @@ extern "C" const char* wb_dense_mma_variants() {  // "MT,CH,DEPTH;..."
 #undef WB_DSTR
 }
 
-// the launch functions' argument list, checked by the loader (2: the act argument of the SwiGLU epilogue)
-extern "C" int wb_w4mma_abi() { return 2; }
+// the launch functions' argument list, checked by the loader (2: the act argument of the SwiGLU epilogue; 3:
+// wb_w4mma_ks_max takes the XS of the variant)
+extern "C" int wb_w4mma_abi() { return 3; }
 
-extern "C" int wb_w4mma_ks_max(int mt, int rt) {  // KsMax<MT, RT> for the loader
+extern "C" int wb_w4mma_ks_max(int mt, int rt, int xs) {  // KsMax<MT, RT> (KsMaxAsync for XS = 2) for the loader
   const int a = (mt * rt >= 4) ? 8 : 16, b = 64 / (mt * rt);
+  if (xs == 2 && mt == 2 && rt == 2) return 16;
   return a < b ? a : b;
 }
 
