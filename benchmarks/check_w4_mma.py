@@ -252,7 +252,9 @@ def part_engine(dev, floors, rec, models=("qwen2-7b", "llama3-8b"), impls=None) 
             # the MMA configurations the engine's calls used, per (N, K, row class, group, dtype, residual)
             out.append({"model": model, "impl": impl, "mma_best": {",".join(map(str, k)): list(v)
                                                                    for k, v in mm._BEST.items()},
-                        "dense_route": {",".join(map(str, k)): v for k, v in weights._DENSE_ROUTE.items()}})
+                        "dense_route": {",".join(map(str, k)): v for k, v in weights._DENSE_ROUTE.items()},
+                        # per captured graph (B, T, prefix, last): the PDL A/B of Engine._pdl_choices
+                        "pdl_choice": {",".join(map(str, k)): v for k, v in eng.pdl_choice.items()}})
         except Exception as e:  # noqa: BLE001
             import traceback
 

@@ -131,6 +131,18 @@ def test_m_tiles_and_supported():
     assert not mm.supported(32, 256, 128, torch.bfloat16, z + 128)  # 128 + zero not exact in bf16
 
 
+def test_tuning_keys_separate_one_row_few_rows_and_one_tile():
+    # one key for 1..8 rows let a one-row tuning choose the 5-row verify step's configuration (2.30 vs 2.52 ms a step
+    # on the H200, h200_2026-12-04/ab2_qwen_{a,b}.json)
+    def cls(m):
+        return mm.key(4608, 3584, m, 128, torch.bfloat16, False)[2]
+
+    assert [cls(m) for m in (1, 2, 4, 5, 8, 9, 16, 17, 32, 33, 64)] == [1, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64]
+    assert mm.key(4608, 3584, 3, 128, torch.bfloat16, False) != mm.key(4608, 3584, 5, 128, torch.bfloat16, False)
+    with pytest.raises(ValueError, match="1..64"):
+        mm.row_class(65)
+
+
 def test_gemm_off_cuda_raises_a_clear_error():
     qw, s, z = _weight(32, 128, 128, torch.bfloat16)
     with pytest.raises(RuntimeError, match="unavailable"):

@@ -39,6 +39,49 @@ from workbench.engine.ops import get_ops
 from workbench.engine.rope import rope_tables, round_up
 from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
 
+# Capture graphs of more than 8 token rows twice, with and without PDL on the multi-tile INT4 MMA launches, and keep
+# the faster (Engine._pdl_choices). False: one capture with the launch settings as they are.
+GRAPH_PDL_AB = True
+
+
+class _w4mma_pdl_max_mt:
+    """``with _w4mma_pdl_max_mt(v):`` sets :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` to ``v`` (None: leaves
+    it) for the block and restores it after."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        if self.value is not None:
+            from workbench.kernels import w4a16_mma
+
+            self.old, w4a16_mma.PDL_MAX_MT = w4a16_mma.PDL_MAX_MT, self.value
+
+    def __exit__(self, *exc):
+        if self.value is not None:
+            from workbench.kernels import w4a16_mma
+
+            w4a16_mma.PDL_MAX_MT = self.old
+
+
+def _replay_ms(graphs: list, rounds: int = 7, reps: int = 5) -> list:
+    """Median ms per replay of each captured graph, replayed in turn (``rounds`` rounds of ``reps`` replays each,
+    after one warm-up replay), timed with CUDA events on the current stream."""
+    stream = torch.cuda.current_stream()
+    for g in graphs:
+        g.replay()
+    times: list = [[] for _ in graphs]
+    for _ in range(rounds):
+        for i, g in enumerate(graphs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(reps):
+                g.replay()
+            end.record(stream)
+            end.synchronize()
+            times[i].append(start.elapsed_time(end) / reps)
+    return [sorted(t)[len(t) // 2] for t in times]
+
 
 def default_w4a16_backend(device: torch.device) -> str:
     """``"triton:dequant"`` on CUDA (the Triton kernels: for steps of up to 64 token rows the tensor-core GEMM of
@@ -123,6 +166,7 @@ class Engine:
             raise ValueError("use_graphs=True needs a CUDA device")
         self.graph_max_t = graph_max_t
         self._graphs: dict = {}
+        self.pdl_choice: dict = {}  # (B, T, prefix, last) -> the PDL A/B of its graph (see _pdl_choices)
         self._pool = None
         self._dev_cache: dict = {}
         # attention of small steps (T <= graph_max_t): Triton decode kernel on CUDA, else None = SDPA;
@@ -360,7 +404,7 @@ class Engine:
         return out.clone()
 
     def _capture(self, key, slots_d, tok_d):
-        b, _t, prefix, last = key
+        b, t, prefix, last = key
         st = {"slots": slots_d.clone(), "tokens": tok_d.clone(),
               "nv": torch.zeros(b, dtype=torch.int64, device=self.device)}  # n_valid 0: warm-up writes only scratch
         side = torch.cuda.Stream(self.device)
@@ -371,11 +415,40 @@ class Engine:
         torch.cuda.current_stream(self.device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            out = self._forward(st["slots"], st["tokens"], st["nv"], prefix, last)
+        choices = self._pdl_choices(b * t)
+        caps = []
+        for mt in choices:
+            with _w4mma_pdl_max_mt(mt):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self._pool):
+                    out = self._forward(st["slots"], st["tokens"], st["nv"], prefix, last)
+            caps.append((graph, out))
+        pick = 0
+        if len(caps) > 1:  # replays with n_valid 0 write only the scratch row
+            ms = _replay_ms([g for g, _ in caps])
+            pick = min(range(len(caps)), key=ms.__getitem__)
+            self.pdl_choice[key] = {"w4mma_pdl_max_mt": choices[pick], "ms": dict(zip(choices, ms))}
+        graph, out = caps[pick]
+        del caps
         self._graphs[key] = (graph, st, out)
         return self._graphs[key]
+
+    def _pdl_choices(self, rows: int) -> tuple:
+        """The values of :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` a graph of ``rows`` token rows is captured
+        with: the module's own, and 1 (the INT4 MMA kernels of more than one 8-row tile launched without PDL) where
+        :data:`GRAPH_PDL_AB` is on, ``rows > 8`` and an INT4 matmul of this model runs the MMA kernel. On the H200
+        (Qwen2-7B W4A16, ``benchmarks/results/h200_2026-12-04/pdl_*``) the verify step of 9 rows took 3.032 ms with
+        PDL on every launch and 2.867 ms with 1, while batch 16 took 3.021 and 3.170: neither setting wins both,
+        so each graph measures both and keeps the faster (:attr:`pdl_choice`)."""
+        if not GRAPH_PDL_AB or rows <= 8:
+            return (None,)
+        if not any(getattr(m, "mma", False) for m in self.w.matmuls()):
+            return (None,)
+        from workbench.kernels import w4a16_mma
+
+        if w4a16_mma.PDL_MAX_MT <= 1:
+            return (None,)
+        return (w4a16_mma.PDL_MAX_MT, 1)
 
     def capture(self, batch_sizes=(1,), ts=(1,), prefix: bool = True, last: bool = False) -> None:
         """Capture graphs ahead of time (otherwise each ``(B, T)`` is captured on first use)."""

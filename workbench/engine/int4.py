@@ -397,8 +397,9 @@ class Int4Linear:
         :func:`workbench.kernels.rows.tune` ran)."""
         if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV and not self.mma):
             return
-        if self.mma:  # one tuning per row class (MT = 1, 2, 4, 8: up to 8, 16, 32, 64 rows)
-            for m in (1, 2, 9, 17, 33):
+        if self.mma:  # one tuning per row class (w4a16_mma.ROW_CLASSES: 1, 2..4, 5..8, 9..16, 17..32, 33..64 rows), at
+            # 1, 3, 5 (the verify steps of k = 2, 4), 9 (k = 8), 17 and 33 rows
+            for m in (1, 3, 5, 9, 17, 33):
                 if m <= max(1, min(max_m, ROWS_MAX)) and self._mma_rows(m):
                     self._mma_cfg(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
             if MMA_PLAIN and self.tc:  # plain calls above MMA_ROWS_TC: timed per class, at its largest row count

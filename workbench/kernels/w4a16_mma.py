@@ -93,6 +93,11 @@ WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
 ABI = 3  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue; 3: ks_max takes XS)
+# Programmatic dependent launch for the INT4 launches of at most this many 8-row tiles (MT); larger tiles launch plain.
+# An early-launched CTA waits at griddepcontrol.wait holding its registers and shared memory, which the previous
+# kernel's later waves need (the same trade as fused._small_pdl). WB_W4MMA_PDL_MAX_MT (default 8: every launch, as
+# before) is an A/B knob for benchmarks; the engine reads it once at import.
+PDL_MAX_MT = int(os.environ.get("WB_W4MMA_PDL_MAX_MT", "8"))
 ACTS = {"none": 0, "swiglu": 1}  # output epilogues: none, or SwiGLU on a [gate | up] weight (see gemm)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
 _BEST: dict = {}
@@ -313,9 +318,25 @@ def default_cfg(n: int, k: int, m: int, group: int, sms: int = 132) -> tuple:
     return (1, 2, xs, ks)
 
 
+# The row classes tuned apart (the largest row count of each): one row, 2..4, 5..8 (one 8-row tile, MT = 1), then one
+# class per MT. With one class for 1..8 rows (tuned at one row) Qwen2-7B's down projection took [2, 2, 1, 16] in one
+# run and [2, 2, 2, 16] in another, near-equal at one row, and the verify step of 5 rows cost 2.52 vs 2.30 ms
+# (benchmarks/results/h200_2026-12-04/ab2_qwen_{a,b}.json).
+ROW_CLASSES = (1, 4, 8, 16, 32, 64)
+
+
+def row_class(m: int) -> int:
+    """The tuning class of ``m`` rows: the smallest bound in :data:`ROW_CLASSES` >= ``m``. Raises ValueError past
+    :data:`ROWS_MAX`."""
+    for bound in ROW_CLASSES:
+        if m <= bound:
+            return bound
+    raise ValueError(f"{m} rows: the MMA kernel takes 1..{ROWS_MAX}")
+
+
 def key(n: int, k: int, m: int, group: int, dtype: torch.dtype, has_residual: bool) -> tuple:
-    """The :data:`_BEST` key of a call: shape, row class (``MT``), group, dtype, residual epilogue."""
-    return (n, k, m_tiles(m), group, dtype, bool(has_residual))
+    """The :data:`_BEST` key of a call: shape, row class (:func:`row_class`), group, dtype, residual epilogue."""
+    return (n, k, row_class(m), group, dtype, bool(has_residual))
 
 
 def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, group: int, n: int,
@@ -372,6 +393,7 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
 
     stream = torch.cuda.current_stream(x.device).cuda_stream
     res_ptr = residual.data_ptr() if residual is not None else None
+    pdl = int(use_pdl(x.device) and m_tiles(m) <= PDL_MAX_MT)
     with torch.cuda.device(x.device):  # the launch goes to the current device
         if xs >= WIDE:
             split = cfg[4] if len(cfg) > 4 else 1
@@ -382,12 +404,11 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
                                           x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
                                           out.data_ptr(), res_ptr, m, n, k, ACTS[act],
                                           ws.data_ptr() if ws is not None else None,
-                                          sem.data_ptr() if sem is not None else None, SEM_LEN,
-                                          int(use_pdl(x.device)), stream)
+                                          sem.data_ptr() if sem is not None else None, SEM_LEN, pdl, stream)
         else:
             rc = lib.wb_w4mma_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs, ks,
                                      x.data_ptr(), x.stride(0), qw.data_ptr(), s.data_ptr(), z.data_ptr(),
-                                     out.data_ptr(), res_ptr, m, n, k, ACTS[act], int(use_pdl(x.device)), stream)
+                                     out.data_ptr(), res_ptr, m, n, k, ACTS[act], pdl, stream)
     if rc:
         raise RuntimeError(f"W4A16 MMA launch failed (code {rc}; -1: no compiled variant for G={group}, "
                            f"MT={m_tiles(m)}, cfg={cfg})")
