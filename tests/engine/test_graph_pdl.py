@@ -5,22 +5,24 @@ change what a step computes, and the knob must be restored whatever happens insi
 import pytest
 import torch
 
-from workbench.engine import Engine
+from workbench.engine import Engine, int4
 from workbench.engine import engine as engine_mod
+from workbench.engine.int4 import Int4Linear
+from workbench.engine.runtime import InputScaled
 from workbench.kernels import w4a16_mma
 
 TINY = {"model_type": "qwen2", "vocab_size": 256, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
 
 
-def test_pdl_knob_is_restored_after_an_error():
-    before = w4a16_mma.PDL_MAX_MT
+def test_pdl_knob_is_restored_after_an_error(monkeypatch):
+    monkeypatch.setattr(w4a16_mma, "PDL_MAX_MT", 8)
     with pytest.raises(RuntimeError, match="inside"), engine_mod._w4mma_pdl_max_mt(1):
         assert w4a16_mma.PDL_MAX_MT == 1
         raise RuntimeError("inside")
-    assert w4a16_mma.PDL_MAX_MT == before
+    assert w4a16_mma.PDL_MAX_MT == 8
     with engine_mod._w4mma_pdl_max_mt(None):  # None leaves the module's value
-        assert w4a16_mma.PDL_MAX_MT == before
+        assert w4a16_mma.PDL_MAX_MT == 8
 
 
 def test_no_ab_without_int4_mma_weights_or_for_few_rows():
@@ -29,18 +31,31 @@ def test_no_ab_without_int4_mma_weights_or_for_few_rows():
     assert eng._pdl_choices(8) == (None,)
 
 
-class _Mma:
-    mma = True
+def _fake_int4(monkeypatch, rows_on_mma):
+    lin = Int4Linear.__new__(Int4Linear)  # no weights: only the routing questions _pdl_choices asks
+    monkeypatch.setattr(Int4Linear, "_mma_rows", lambda self, m: m in rows_on_mma)
+    monkeypatch.setattr(Int4Linear, "_plain_mma", lambda self, m: m in rows_on_mma)
+    return lin
 
 
 def test_ab_choices_for_int4_mma_weights(monkeypatch):
     eng = Engine.from_config(TINY, max_batch=2, max_seq=64, device="cpu")
-    monkeypatch.setattr(eng.w, "matmuls", lambda: [_Mma()])
+    lin = _fake_int4(monkeypatch, rows_on_mma=range(1, 17))
+    monkeypatch.setattr(eng.w, "matmuls", lambda: [torch.nn.Identity(), InputScaled(lin, torch.ones(4))])
     monkeypatch.setattr(w4a16_mma, "PDL_MAX_MT", 8)
-    assert eng._pdl_choices(9) == (8, 1)
+    assert eng._pdl_choices(9) == (8, 1)  # an AWQ-scaled INT4 weight counts
     assert eng._pdl_choices(8) == (None,)  # one 8-row tile: the PDL setting does not change
+    assert eng._pdl_choices(32) == (None,)  # 32 rows do not take the MMA kernel here: two captures would be equal
     monkeypatch.setattr(engine_mod, "GRAPH_PDL_AB", False)
     assert eng._pdl_choices(9) == (None,)
+
+
+@pytest.mark.parametrize("max_m, rows", [(1, [1]), (2, [1, 2]), (4, [1, 3]), (5, [1, 3, 5]), (8, [1, 3, 5]),
+                                         (16, [1, 3, 5, 9]), (64, [1, 3, 5, 9, 17, 33]), (100, [1, 3, 5, 9, 17, 33])])
+def test_warmup_tunes_every_row_class_the_batch_reaches(max_m, rows):
+    # with tuning rows (1, 3, 5, ...) and a batch of 2, the 2..4-row class was not tuned before the first capture
+    assert int4.mma_warmup_rows(max_m) == rows
+    assert [w4a16_mma.row_class(m) for m in rows] == list(w4a16_mma.ROW_CLASSES[:len(rows)])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="graphs and the MMA kernel are CUDA")

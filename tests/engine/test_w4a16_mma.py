@@ -139,8 +139,9 @@ def test_tuning_keys_separate_one_row_few_rows_and_one_tile():
 
     assert [cls(m) for m in (1, 2, 4, 5, 8, 9, 16, 17, 32, 33, 64)] == [1, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64]
     assert mm.key(4608, 3584, 3, 128, torch.bfloat16, False) != mm.key(4608, 3584, 5, 128, torch.bfloat16, False)
-    with pytest.raises(ValueError, match="1..64"):
-        mm.row_class(65)
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="1..64"):
+            mm.row_class(bad)
 
 
 def test_gemm_off_cuda_raises_a_clear_error():

@@ -191,6 +191,7 @@ class Engine:
         graph capture) and drops
         captured graphs, which keep the old choice. On CPU they run only under ``TRITON_INTERPRET=1`` (tests)."""
         self._graphs.clear()
+        self.pdl_choice.clear()
         # and their memory pool: capturing into the old pool after a switch tripped torch 2.11's caching allocator
         # on the H200 ("it->second->use_count > 0" at capture_begin; benchmarks/results/h200_2026-12-01b/w4_onerow)
         self._pool = None
@@ -436,13 +437,18 @@ class Engine:
     def _pdl_choices(self, rows: int) -> tuple:
         """The values of :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` a graph of ``rows`` token rows is captured
         with: the module's own, and 1 (the INT4 MMA kernels of more than one 8-row tile launched without PDL) where
-        :data:`GRAPH_PDL_AB` is on, ``rows > 8`` and an INT4 matmul of this model runs the MMA kernel. On the H200
+        :data:`GRAPH_PDL_AB` is on, ``rows > 8`` and an INT4 matmul of this model (AWQ-scaled ones unwrapped) runs
+        ``rows`` rows through the MMA kernel. On the H200
         (Qwen2-7B W4A16, ``benchmarks/results/h200_2026-12-04/pdl_*``) the verify step of 9 rows took 3.032 ms with
         PDL on every launch and 2.867 ms with 1, while batch 16 took 3.021 and 3.170: neither setting wins both,
         so each graph measures both and keeps the faster (:attr:`pdl_choice`)."""
         if not GRAPH_PDL_AB or rows <= 8:
             return (None,)
-        if not any(getattr(m, "mma", False) for m in self.w.matmuls()):
+        from workbench.engine.dispatch import _scaled_inner
+        from workbench.engine.int4 import Int4Linear
+
+        int4 = [m for m in map(_scaled_inner, self.w.matmuls()) if isinstance(m, Int4Linear)]
+        if not any(m._mma_rows(rows) or m._plain_mma(rows) for m in int4):  # no MMA launch of these rows
             return (None,)
         from workbench.kernels import w4a16_mma
 

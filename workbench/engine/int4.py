@@ -129,6 +129,19 @@ BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", 
             "triton:dequant")
 
 
+# Per MMA row class (w4a16_mma.ROW_CLASSES): its first row count and the row count it is tuned at when the engine's
+# batch reaches it (3 and 5: the verify steps of k = 2 and 4; 9: k = 8); a smaller batch tunes at the batch.
+MMA_TUNE_ROWS = ((1, 1), (2, 3), (5, 5), (9, 9), (17, 17), (33, 33))
+
+
+def mma_warmup_rows(max_m: int) -> list:
+    """The row counts :meth:`Int4Linear.warmup` tunes the MMA kernel at for an engine of ``max_m`` rows a step: one per
+    row class that ``max_m`` reaches (:data:`MMA_TUNE_ROWS`), at most ``max_m`` (and :data:`ROWS_MAX`). Speculative
+    verify steps of a batch-1 engine (more rows than ``max_m``) are tuned at their first (uncaptured) call."""
+    top = max(1, min(max_m, ROWS_MAX))
+    return [min(tune, top) for first, tune in MMA_TUNE_ROWS if first <= top]
+
+
 def tinygemm_inner_k_tiles(in_features: int) -> int:
     """The ``innerKTiles`` argument of ``torch.ops.aten._convert_weight_to_int4pack`` for a weight with
     ``in_features`` columns: the largest of 8, 4, 2 whose K tile (``innerKTiles * 16`` columns, torch's
@@ -397,10 +410,9 @@ class Int4Linear:
         :func:`workbench.kernels.rows.tune` ran)."""
         if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV and not self.mma):
             return
-        if self.mma:  # one tuning per row class (w4a16_mma.ROW_CLASSES: 1, 2..4, 5..8, 9..16, 17..32, 33..64 rows), at
-            # 1, 3, 5 (the verify steps of k = 2, 4), 9 (k = 8), 17 and 33 rows
-            for m in (1, 3, 5, 9, 17, 33):
-                if m <= max(1, min(max_m, ROWS_MAX)) and self._mma_rows(m):
+        if self.mma:  # one tuning per row class (w4a16_mma.ROW_CLASSES), at the rows of mma_warmup_rows
+            for m in mma_warmup_rows(max_m):
+                if self._mma_rows(m):
                     self._mma_cfg(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
             if MMA_PLAIN and self.tc:  # plain calls above MMA_ROWS_TC: timed per class, at its largest row count
                 for m in (16, 32, 64):

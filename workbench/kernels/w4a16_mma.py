@@ -96,7 +96,7 @@ ABI = 3  # the library's launch signature (wb_w4mma_abi; 2: the act argument of 
 # Programmatic dependent launch for the INT4 launches of at most this many 8-row tiles (MT); larger tiles launch plain.
 # An early-launched CTA waits at griddepcontrol.wait holding its registers and shared memory, which the previous
 # kernel's later waves need (the same trade as fused._small_pdl). WB_W4MMA_PDL_MAX_MT (default 8: every launch, as
-# before) is an A/B knob for benchmarks; the engine reads it once at import.
+# before) sets it at import; gemm reads it at every launch, and Engine._capture sets it for a capture (its PDL A/B).
 PDL_MAX_MT = int(os.environ.get("WB_W4MMA_PDL_MAX_MT", "8"))
 ACTS = {"none": 0, "swiglu": 1}  # output epilogues: none, or SwiGLU on a [gate | up] weight (see gemm)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
@@ -326,10 +326,10 @@ ROW_CLASSES = (1, 4, 8, 16, 32, 64)
 
 
 def row_class(m: int) -> int:
-    """The tuning class of ``m`` rows: the smallest bound in :data:`ROW_CLASSES` >= ``m``. Raises ValueError past
-    :data:`ROWS_MAX`."""
+    """The tuning class of ``m`` rows: the smallest bound in :data:`ROW_CLASSES` >= ``m``. Raises ValueError outside
+    1..:data:`ROWS_MAX`."""
     for bound in ROW_CLASSES:
-        if m <= bound:
+        if 1 <= m <= bound:
             return bound
     raise ValueError(f"{m} rows: the MMA kernel takes 1..{ROWS_MAX}")
 
