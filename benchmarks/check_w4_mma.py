@@ -128,7 +128,7 @@ def part_check(dev) -> list:
 
 @torch.no_grad()
 def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> list:
-    from workbench.kernels import fused, gemv, rows, w4a16
+    from workbench.kernels import fused, gemv, rows, w4a16, w4a16_dot
 
     bw, rate = floors["bw_Bps"], floors["matmul_flops"]
     out = []
@@ -169,6 +169,14 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                                             for o in ours], fl4)
                     impls["mma_then_silu"] = ([lambda x, o=o, c=cfg, g=g, n=n: fused.silu_mul(mm.gemm(x, *o, g, n, None, c))
                                                for o in ours], fl4)
+                if m > 8:  # the group-deep Triton dot GEMM (workbench.kernels.w4a16_dot), tuned
+                    try:
+                        tcfg = w4a16_dot.tune(x, qw, s, z, g, n)
+                        impls["dot"] = ([lambda x, o=o, c=tcfg, g=g, n=n: w4a16_dot.gemm(x, *o, g, n, None, c)
+                                         for o in ours], fl4)
+                    except Exception as e:  # noqa: BLE001 - keep the other kernels' rows
+                        out.append({"model": model, "call": name, "M": m, "impl": "dot", "error": str(e)[:300]})
+                        tcfg = None
                 if m == 1:
                     cw = w4a16.tune(x, qw, s, z, g, n)
                     impls["gemv_int4"] = ([lambda x, o=o, c=cw, g=g, n=n: w4a16.gemv(x, *o, g, n, c) for o in ours],
@@ -180,7 +188,7 @@ def part_layers(dev, floors, models=("qwen2-7b", "llama3-8b"), ms=TIME_MS) -> li
                         out.append({"model": model, "call": name, "N": n, "K": k, "M": m, "impl": impl, "us": us,
                                     "floor_us": fl, "x_floor": us / fl,
                                     "cfg": (list(cfg) if impl.startswith("mma") else list(dcfg) if impl == "dense_mma"
-                                            else None)})
+                                            else list(tcfg) if impl == "dot" else None)})
                     except Exception as e:  # noqa: BLE001 - keep the other kernels' rows
                         out.append({"model": model, "call": name, "M": m, "impl": impl, "error": str(e)[:300]})
                 out.append({"model": model, "call": name, "M": m, "impl": "mma_timings",

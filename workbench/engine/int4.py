@@ -115,7 +115,12 @@ if not 0 <= MMA_ROWS_TC <= 64:
 # call): Qwen2-7B batch 64 7.630 ms against 8.677 with WORKBENCH_INT4_MMA_PLAIN=0, batch 32 4.770 against 4.831.
 # WORKBENCH_INT4_MMA_PLAIN ("0", "1", "auto"; "auto" = "1"), read at import: "0" turns the measurement off.
 MMA_PLAIN: bool | str = tristate_env("WORKBENCH_INT4_MMA_PLAIN")
-_PLAIN_ROUTE: dict = {}  # w4a16_mma.key(...) -> True (MMA kernel) / False (Triton GEMM), filled by warmup
+# The timing of MMA_PLAIN also takes the group-deep Triton dot GEMM (workbench.kernels.w4a16_dot: one G-deep
+# tensor-core dot per group, for 32-64 rows where the two kernels above issue too many instructions per MMA);
+# _PLAIN_ROUTE then holds "mma", "rows" or "dot". WORKBENCH_INT4_DOT ("0", "1", "auto"; "auto" = "1"), read at
+# import: "0" leaves it out of the timing.
+DOT: bool | str = tristate_env("WORKBENCH_INT4_DOT")
+_PLAIN_ROUTE: dict = {}  # w4a16_mma.key(...) -> "mma" / "rows" / "dot" (True / False: MMA / Triton GEMM), by warmup
 # gate_up calls that take the MMA kernel (Int4Linear.swiglu: the rows of _plain_mma) write silu(gate) * up from the
 # kernel's epilogue (workbench.kernels.w4a16_mma.gemm act="swiglu", the rounding of the engine's silu_mul) instead of
 # [M, 2 I] for a separate silu_mul kernel: one launch and one [M, 2 I] round trip less per layer. H200, Qwen2-7B
@@ -320,19 +325,32 @@ class Int4Linear:
         if self._mma_rows(m):
             return True
         return (bool(MMA_PLAIN) and self.mma and self.tc and MMA_ROWS_TC < m <= ROWS_MAX
-                and _PLAIN_ROUTE.get(self._plain_key(m), False))
+                and _PLAIN_ROUTE.get(self._plain_key(m), False) in (True, "mma"))
+
+    def _plain_dot(self, m: int) -> bool:
+        """A call of ``m`` rows without prologue or RoPE goes through the group-deep Triton dot GEMM
+        (:mod:`workbench.kernels.w4a16_dot`): rows above :data:`MMA_ROWS_TC` of a tensor-core weight where
+        :meth:`warmup` measured it the fastest of the three (:data:`MMA_PLAIN`)."""
+        return (bool(MMA_PLAIN) and self.mma and self.tc and MMA_ROWS_TC < m <= ROWS_MAX and not self._mma_rows(m)
+                and _PLAIN_ROUTE.get(self._plain_key(m)) == "dot")
+
+    def _dot(self, x: torch.Tensor, residual=None) -> torch.Tensor:
+        from workbench.kernels import w4a16_dot
+
+        return w4a16_dot.gemm(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, residual)
 
     def _route_plain(self, m: int) -> bool:
-        """Time the MMA kernel (tuned) against the Triton GEMM for ``m`` rows with a residual epilogue, weights
-        rotated over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); record
-        and return whether the MMA kernel won. CUDA, outside graph capture."""
-        from workbench.kernels import rows
+        """Time the MMA kernel (tuned), the Triton GEMM and (:data:`DOT`) the group-deep dot GEMM (tuned) for ``m``
+        rows with a residual epilogue, weights rotated over enough copies that L2 holds none
+        (:func:`workbench.kernels.timing.fastest_config`); record the winner ("mma", "rows", "dot") in
+        :data:`_PLAIN_ROUTE` and return whether the MMA kernel won. CUDA, outside graph capture."""
+        from workbench.kernels import rows, w4a16_dot
         from workbench.kernels import w4a16_mma as mm
         from workbench.kernels.timing import fastest_config, weight_copies
 
         kk = self._plain_key(m)
         if kk in _PLAIN_ROUTE:
-            return _PLAIN_ROUTE[kk]
+            return _PLAIN_ROUTE[kk] in (True, "mma")
         dev = self.qw.device
         x = torch.randn(m, self.in_features, device=dev, dtype=self.dtype)
         res = torch.randn(m, self.out_features, device=dev, dtype=self.dtype)
@@ -343,15 +361,27 @@ class Int4Linear:
         ws = weight_copies((self.qw, self.s_t, self.z_t))
         ref = mm.reference(x, self.qw, self.s_t, self.z_t, self.group_size, res)
 
+        cands = ["mma", "rows"]
+        if DOT and w4a16_dot.supported(self.out_features, self.in_features, self.group_size, self.dtype):
+            try:  # tuned with the residual epilogue (down, o take it); the plain calls (qkv, gate_up) take the same
+                dcfg = w4a16_dot.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, res)
+                w4a16_dot._BEST.setdefault(w4a16_dot.key(self.out_features, self.in_features, m, self.group_size,
+                                                         self.dtype, False), dcfg)
+                cands.append("dot")
+            except RuntimeError:  # no configuration ran: the other two only
+                pass
+
         def run(w, which):
             if which == "mma":
                 return mm.gemm(x, *w, self.group_size, self.out_features, res, cfg)
+            if which == "dot":
+                return w4a16_dot.gemm(x, *w, self.group_size, self.out_features, res)
             return rows.gemm_int4(x, *w, self.group_size, self.out_features, residual=res)
 
         timings: dict = {}
-        best = fastest_config(["mma", "rows"], run, ws, ref, timings, f"W4A16 {m}-row route")
-        _PLAIN_ROUTE[kk] = best == "mma"
-        return _PLAIN_ROUTE[kk]
+        best = fastest_config(cands, run, ws, ref, timings, f"W4A16 {m}-row route")
+        _PLAIN_ROUTE[kk] = best
+        return _PLAIN_ROUTE[kk] == "mma"
 
     def _mma(self, x: torch.Tensor, residual=None, act: str = "none") -> torch.Tensor:
         from workbench.kernels import w4a16_mma
@@ -495,6 +525,8 @@ class Int4Linear:
                              f"{self.group_size}); check fused_max_rows() first")
         if prologue == "none" and rope is None and x.dtype == self.dtype and self._plain_mma(x.shape[0]):
             return self._mma(x, residual)
+        if prologue == "none" and rope is None and x.dtype == self.dtype and self._plain_dot(x.shape[0]):
+            return self._dot(x, residual)
         if self.mma and not self.tc and not (x.shape[0] == 1 and self._gemv_ok()):
             raise ValueError(f"the MMA kernel takes no prologue or RoPE epilogue (got {prologue!r}, rope="
                              f"{rope is not None}) and no Triton kernel takes {x.shape[0]} rows of group "
