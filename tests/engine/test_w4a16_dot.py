@@ -84,3 +84,35 @@ def test_keys_and_default_cfg():
     assert w4a16_dot.key(64, 256, 33, 128, torch.bfloat16, False)[2] == 64
     sw, bn, split, _, _ = w4a16_dot.default_cfg(4608, 3584, 64, 128)
     assert (sw, bn) == (True, 64) and split == 2  # 72 column blocks: two splits fill 132 SMs
+
+
+def test_plain_calls_routed_to_dot_run_it(monkeypatch):
+    # a row class whose measured route is "dot" sends plain calls (with and without residual) to the dot GEMM:
+    # same result as the kernel called directly; "mma" / "rows" classes and MMA_PLAIN off do not
+    from workbench.engine import int4
+    from workbench.engine.int4 import dequantize_int4
+
+    q = torch.randint(0, 16, (64, 256), dtype=torch.uint8)
+    s, z = torch.rand(64, 2) * 0.01, torch.full((64, 2), 8.0)
+    lin = int4.Int4Linear(q, s, z, torch.float32, "triton:dequant")
+    lin.mma = True
+    monkeypatch.setattr(int4, "_PLAIN_ROUTE", {})
+    monkeypatch.setattr(int4, "MMA_ROWS_TC", 16)
+    monkeypatch.setattr(int4, "MMA_PLAIN", "auto")
+    int4._PLAIN_ROUTE[lin._plain_key(32)] = "dot"
+    int4._PLAIN_ROUTE[lin._plain_key(64)] = "rows"
+    assert [m for m in range(1, 65) if lin._plain_dot(m)] == list(range(17, 33))
+    assert not any(lin._plain_mma(m) for m in range(17, 65))  # "dot" / "rows" are not the MMA kernel
+    calls = []
+    real = w4a16_dot.gemm
+    monkeypatch.setattr(w4a16_dot, "gemm", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(20, 256, generator=gen)
+    res = torch.randn(20, 64, generator=gen)
+    ref = x @ dequantize_int4(q, s, z, torch.float32).t()
+    assert _rel(lin.fused(x.to(DEV)), ref) < 1e-5 and _rel(lin.fused(x.to(DEV), residual=res.to(DEV)), ref + res) < 1e-5
+    assert calls == [20, 20]
+    lin.fused(torch.randn(40, 256).to(DEV))  # the "rows" class: not the dot GEMM
+    assert calls == [20, 20]
+    monkeypatch.setattr(int4, "MMA_PLAIN", False)
+    assert not lin._plain_dot(20)
