@@ -110,7 +110,7 @@ def part_check(dev) -> list:
         if model == "qwen2-7b" and name in ("qkv", "gate_up"):  # every configuration (gate_up: SwiGLU epilogue)
             act = "swiglu" if name == "gate_up" else "none"
             n_out = n // 2 if act == "swiglu" else n
-            for m in (1, 9, 33):
+            for m in (1, 9, 20, 33, 64):  # 20 and 64: the TC kernel's two row tiles full; 33: mostly idle
                 x = torch.randn(m, k, device=dev).to(dt)
                 refs = {ps: mm.reference(x, qw, s, z, g, prescale=ps, act=act) for ps in (False, True)}
                 for cfg in mm.configs(n, k, m, g):  # each against its own oracle (prescaled: w_hat rounded)

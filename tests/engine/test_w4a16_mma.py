@@ -64,6 +64,44 @@ def test_emulated_prescaled_arithmetic_matches_the_rounded_dequantized_weight(dt
         assert not torch.equal(mm.emulate(x, qw, s, z, group), got)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("group", [64, 128, 256])
+def test_tc_kernel_fragment_map_and_arithmetic_match_the_rounded_dequantized_weight(dtype, group):
+    # the TC kernel (activations as the A operand): lane tig's words 8 p + 2 tig (+1), nibble i are the natural
+    # k-slots of the ldmatrix fragment; emulated step by step against x @ dtype(w_hat).T: a few ulps after rounding
+    n, k = 40, 2 * group
+    qw, s, z = _weight(n, k, group, dtype, seed=group + 1)
+    z = torch.randint(-100, 101, z.shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+    for m in (1, 17, 33):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+        res = torch.randn(m, n).to(dtype)
+        for r in (None, res):
+            got, ref = mm.tc_emulate(x, qw, s, z, group, r), mm.reference(x, qw, s, z, group, r, prescale=True)
+            ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
+            assert float((got - ref).abs().max()) <= 2 * ulp * float(ref.abs().max())
+            assert float((got == ref).float().mean()) >= 0.9
+
+
+def test_tc_sources_cover_each_column_once_and_a_wrong_map_fails(monkeypatch):
+    # every (k-block, half, tig, e) slot reads a distinct column of the group; the source's tc_pair / tc_nibble are
+    # the same formulas; power: swapping the halves (b0 <-> b1) of the map moves the result far off the reference
+    for g in mm.GROUPS:
+        wb = g // 8
+        cols = sorted((nib * wb + 8 * pair + 2 * tig + e) for halves in mm.tc_sources(g) for pair, nib in halves
+                      for tig in range(4) for e in range(2))
+        assert cols == list(range(g))
+        natural = [[16 * kb + 8 * h for h in range(2)] for kb in range(g // 16)]
+        assert [[nib * wb + 8 * pair for pair, nib in halves] for halves in mm.tc_sources(g)] == natural
+    src = mm.SRC.read_text()
+    assert "return ((16 * kb + 8 * h) % (G / 8)) / 8;" in src and "return (16 * kb + 8 * h) / (G / 8);" in src
+    qw, s, z = _weight(32, 256, 128, torch.bfloat16, seed=2)
+    x = torch.randn(3, 256).to(torch.bfloat16)
+    good = mm.tc_sources
+    monkeypatch.setattr(mm, "tc_sources", lambda g: tuple(h[::-1] for h in good(g)))
+    got, ref = mm.tc_emulate(x, qw, s, z, 128), mm.reference(x, qw, s, z, 128, prescale=True)
+    assert float((got - ref).norm() / ref.norm()) > 0.3
+
 def test_slot_columns_cover_each_column_of_a_group_once():
     for g in mm.GROUPS:
         cols = mm.slot_columns(g)
@@ -110,9 +148,9 @@ def test_wide_configs_split_k_into_nonempty_ranges_and_bound_the_grid(monkeypatc
         cf = mm.configs(n, k, m, 128)
         wide = [c for c in cf if c[2] >= mm.WIDE]
         assert wide and all(len(c) == 4 for c in cf if c[2] < mm.WIDE)
-        for rt, _depth, _xs, w, sp in wide:
+        for rt, _depth, xs, w, sp in wide:
             tiles = -(-n // (16 * rt * w))
-            assert w in mm.WIDE_WARPS and 1 <= sp <= k // 128 and tiles * sp <= 16 * 132 and tiles <= mm.SEM_LEN
+            assert w in mm.WIDE_WARPS + (mm.TC_WARPS if (xs - mm.WIDE) & mm.WIDE_TC else ()) and 1 <= sp <= k // 128 and tiles * sp <= 16 * 132 and tiles <= mm.SEM_LEN
         fewest = min(-(-n // (16 * c[0] * c[3])) for c in wide)  # N tiles of the widest CTA
         assert {c[4] for c in wide} == {sp for sp in mm.WIDE_SPLITS if sp <= k // 128 and fewest * sp <= 16 * 132}
     assert not [c for c in mm.configs(4608, 3584, 8, 128) if c[2] >= mm.WIDE]  # one row tile: the split kernels

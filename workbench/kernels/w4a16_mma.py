@@ -48,6 +48,18 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   Qwen2-7B layer at 64 rows from 283 to 256 us (two CTAs per SM, 25% theoretical occupancy, issue slots 48% busy:
   still latency-bound; ``benchmarks/results/h200_2026-12-03b/``). A stream-K launch (equal shares of all tiles'
   K groups per CTA) was measured there and reverted: no gain, and its segment loop cost 20-64 registers.
+* **the TC kernel** (wide configurations with ``XS - WIDE`` bit :data:`WIDE_TC`, 17..64 rows): no swap. The
+  activations are the MMA's A operand (16 rows x 16 columns per ``ldmatrix.x4`` from the shared-memory tile, rows
+  padded to ``G + 8`` elements so the eight rows of a phase fall into distinct banks) and the weights its B operand;
+  lane ``tig`` reads words ``8 p + 2 tig`` (+1) of its row (:func:`tc_sources`), whose nibbles are the natural k
+  order of that fragment (:func:`tc_emulate`), dequantizes them prescaled, and each B fragment feeds ``MT / 2``
+  MMAs, each A fragment ``2 RT``: 3.9 instructions per MMA in the main loop (the swap-AB wide kernel's stage: ~8).
+  Bit 0 puts its weights through a ``cp.async`` ring, bit :data:`WIDE_TC_OCC` compiles it under 128-thread launch
+  bounds for three CTAs an SM. On the H200 (``benchmarks/results/h200_2026-12-04c/``) it is latency-bound like the
+  wide kernel (ncu: 12.5% occupancy at 186 registers, the tensor pipe 35% active, "wait" and long-scoreboard stalls
+  first), and occupancy is what moved it: with three CTAs an SM Qwen2-7B's gate_up at 64 rows took 87.5 us (the
+  wide kernel 107, cuBLAS bf16 72.9), at 32 rows 61.4 (cuBLAS 72.9), the lm_head 182 / 265 us (cuBLAS 267 / 274);
+  qkv, o and down (N <= 4608) stay 2-3x cuBLAS. Extra CTA widths :data:`TC_WARPS`.
 * **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
   and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
   fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
@@ -90,6 +102,12 @@ KS_CHOICES = (1, 2, 4, 8, 16)  # warps per CTA splitting K
 WIDE = 3  # XS >= WIDE: the wide kernel, (RT, DEPTH, XS, W, SPLIT) configurations; XS - WIDE is its WS field,
 WIDE_PRESCALED = 2  # whose bit 0 puts the weights through shared memory and bit 1 prescales (w_hat in x's dtype)
 WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide kernel
+WIDE_TC = 4  # XS - WIDE bit 2: the TC kernel (activations as the MMA's A operand, ldmatrix; prescaled; see the source)
+# The TC kernel's extra CTA widths: its grid is N / (16 RT W) CTAs, and at 2 CTAs an SM Qwen2-7B's gate_up at 64 rows
+# was 296 CTAs for 264 slots (ncu: SMs active 56% of the elapsed cycles, a second wave of 32 CTAs); W = 3 with RT = 2
+# (3 CTAs an SM by registers) is 395 CTAs for 396 slots.
+TC_WARPS = (2, 3, 6)
+WIDE_TC_OCC = 8  # XS - WIDE bit 3 (with bit 2): the TC kernel under 128-thread launch bounds, 3 CTAs an SM (W <= 4)
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
 ABI = 3  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue; 3: ks_max takes XS)
@@ -295,7 +313,9 @@ def configs_for(vs, n: int, k: int, m: int, group: int) -> list:
         if g != group or vmt != mt:
             continue
         if xs >= WIDE:
-            for w in WIDE_WARPS:
+            ws = xs - WIDE
+            warps = WIDE_WARPS + (TC_WARPS if ws & WIDE_TC else ())
+            for w in (tuple(w for w in warps if w <= 4) if ws & WIDE_TC_OCC else warps):
                 tiles = -(-n // (16 * rt * w))
                 out += [(rt, depth, xs, w, sp) for sp in WIDE_SPLITS if sp <= ng and tiles * sp <= 16 * 132]
             continue
@@ -564,6 +584,55 @@ def emulate(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> t
         y = (y.float() + residual.float()).to(x.dtype)
     return y.float()
 
+
+
+def tc_sources(group: int) -> tuple:
+    """The TC kernel's B fragments (``w4a16_tc_kernel``, :data:`WIDE_TC`): for each k-block ``kb`` (16 columns) of a
+    group and half ``h`` (``b0``: k-slots ``2 tig + e``, ``b1``: ``2 tig + 8 + e``), ``(pair, nibble)``: lane
+    ``tig`` reads words ``8 pair + 2 tig + e`` (``e`` = 0, 1) of its weight row and takes nibble ``nibble`` of each
+    (``prmt`` at byte ``nibble // 2``, a shift of ``4 (nibble % 2)``), which are the group's columns ``16 kb + 8 h +
+    2 tig + e``: the natural k order of the activations' ldmatrix fragment. Column ``c`` of a group is nibble ``c //
+    (G/8)`` of word ``c % (G/8)`` (:func:`workbench.kernels.int4_layout.pack_int4_gemv`). Shape: ``G/16`` tuples of
+    two ``(pair, nibble)``; ``tc_pair`` / ``tc_nibble`` in the source."""
+    wb = group // 8
+    return tuple(tuple((((16 * kb + 8 * h) % wb) // 8, (16 * kb + 8 * h) // wb) for h in range(2))
+                 for kb in range(group // 16))
+
+
+def tc_emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
+    """The TC kernel's arithmetic on the CPU, as ``w4a16_tc_kernel`` does it: per group, k-block and half
+    (:func:`tc_sources`), lane ``tig``'s two words gathered by ``prmt`` (bytes ``[w0.B, w0.B, w1.B, w1.B]``), shifted,
+    ORed under the exponent bits (``lop3``: ``base + q``, exact), then ``(v - (base + zero)) * scale`` in x's dtype
+    (one rounding: the prescaled arithmetic), multiplied by the activations of k-slots ``2 tig + e (+ 8)`` = columns
+    ``16 kb + 8 h + 2 tig + e`` and summed in float32; then HF's rounding (and residual). ``x`` ``[M, K]`` bf16 /
+    fp16, ``qw`` ``[N, K/8]`` int32, ``s``, ``z`` ``[K/G, N]``. Returns ``[M, N]`` float32, for the tests to compare
+    with :func:`reference` (``prescale=True``)."""
+    m, k = x.shape
+    n = qw.shape[0]
+    wb = group // 8
+    magic, base = _MAGIC[x.dtype]
+    w = qw.to(torch.int64) & 0xFFFFFFFF
+    acc = torch.zeros(m, n, dtype=torch.float32)
+    for g in range(k // group):
+        c = (z[g].float() + base).to(x.dtype).float()
+        for kb, halves in enumerate(tc_sources(group)):
+            for h, (pair, nib) in enumerate(halves):
+                for tig in range(4):
+                    w0 = w[:, g * wb + 8 * pair + 2 * tig]
+                    w1 = w[:, g * wb + 8 * pair + 2 * tig + 1]
+                    byte = nib // 2
+                    b0, b1 = (w0 >> (8 * byte)) & 0xFF, (w1 >> (8 * byte)) & 0xFF
+                    t = (b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)) >> (4 * (nib % 2))
+                    v = (t & 0x000F000F) | magic
+                    for e, bits in enumerate((v & 0xFFFF, v >> 16)):
+                        wq = _bf16_bits_to_float(bits, x.dtype) - c  # hsub2: q - zero, exact
+                        wq = (wq * s[g].float()).to(x.dtype).float()  # hmul2: w_hat rounded once
+                        col = g * group + 16 * kb + 8 * h + 2 * tig + e
+                        acc += x[:, col:col + 1].float() * wq[None, :]
+    y = acc.to(x.dtype)
+    if residual is not None:
+        y = (y.float() + residual.float()).to(x.dtype)
+    return y.float()
 
 # ---- bf16 / fp16 weights: the same few-row technique without dequantization (dense_mma_kernel in the source) ----
 DENSE_KS = (1, 2, 4, 8, 16)

@@ -883,6 +883,270 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
   if (threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
 }
 
+// The tensor-core kernel (WSM bit 2, TC; XS = 3 + WSM in the variant list), for 17..64 rows: the activations are the
+// MMA's A operand and the weights its B operand (no swap), the way Marlin (Frantar et al. 2024, arXiv 2408.11743,
+// sec. 4) runs larger batches. Warp w of the CTA takes the 16 RT weight rows (N) of the wide kernel's tile, as
+// NT = 2 RT tiles of 8 (the MMA's n), and all MT / 2 tiles of 16 activation rows (its m). Per group:
+//  * the CTA stages x's [16 MT / 2, G] tile into shared memory by cp.async, rows padded to G + 8 elements (an odd
+//    number of 16-byte chunks: the eight row addresses of an ldmatrix phase fall into distinct banks); each warp
+//    loads an A fragment (16 rows x 16 columns) with one ldmatrix.x4, the natural m16n8k16 layout;
+//  * lane (gid, tig) holds weight row gid of each n8 tile; the B fragment of k-block kb wants columns 16 kb + 2 tig
+//    + e (b0) and 16 kb + 8 + 2 tig + e (b1), e = 0, 1. In pack_int4_gemv's layout column c of a group is nibble
+//    c / (G/8) of word c % (G/8), so those are one nibble of words 8 p + 2 tig, 8 p + 2 tig + 1 (pair p): the lane
+//    loads G / 64 pairs (8 bytes each) per row and group, and each 32-bit fragment register is one prmt (shared by
+//    two nibbles), one shift, one lop3 (exponent-OR), then w_hat = (v - (base + zero)) * scale in x's dtype (the
+//    prescaled arithmetic: a packed subtraction and multiply, rounded once, as Marlin's dequantization);
+//  * each B fragment feeds MT / 2 MMAs and each A fragment NT: ~1 ldmatrix per NT MMAs, ~4 / (MT / 2) dequantizing
+//    instructions per MMA (the swap-AB kernels reload an activation fragment for every MMA pair at n = 8).
+// The weights ride in a DEPTH-group register ring beside the activations' shared-memory ring; split K across CTAs,
+// the deterministic fixup, the residual and the SwiGLU epilogue are the wide kernel's (act: n8 tile 2 r holds the gate
+// and 2 r + 1 the up of the same 8 output columns, wrow's mapping).
+template <int G, int MT>
+struct TcTile {
+  static constexpr int XROW = G + 8;
+  static constexpr int TILE = 8 * MT * XROW;  // 16 (MT / 2) rows
+};
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], uint32_t saddr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(saddr));
+}
+
+// lane tig's weight words of k-block kb, half h (0: b0, 1: b1): pair index and nibble (see the TC kernel's comment)
+template <int G>
+__host__ __device__ constexpr int tc_pair(int kb, int h) {
+  return ((16 * kb + 8 * h) % (G / 8)) / 8;
+}
+template <int G>
+__host__ __device__ constexpr int tc_nibble(int kb, int h) {
+  return (16 * kb + 8 * h) / (G / 8);
+}
+
+// OCC (WS bit 3): launch bounds of 128 threads and OCC = 3 CTAs an SM (ptxas caps the registers at 65536 / (128 OCC)):
+// the launcher takes W <= 4 for these. At 32 rows MT = 4, RT = 2, DEPTH = 3 ran 64.5 us on gate_up at 165 registers
+// (3 CTAs of 4 warps an SM) and 78-80 us at 175 (2 CTAs); with OCC = 3 gate_up at 64 rows went from 103.9 to
+// 87.5 us. OCC = 4 (128 registers: 52-328 bytes of spill) was slower in every shape (benchmarks/results/
+// h200_2026-12-04c/occ4_layers.json) and is not instantiated.
+template <bool BF16, int G, int MT, int RT, int DEPTH, bool WR, int OCC = 0>
+__global__ void __launch_bounds__(OCC ? 128 : 256, OCC ? OCC : 1) w4a16_tc_kernel(const uint16_t* __restrict__ x, int sx,
+                                                       const uint32_t* __restrict__ qw,
+                                                       const uint16_t* __restrict__ s,
+                                                       const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
+                                                       const uint16_t* __restrict__ res, int M, int N, int K,
+                                                       float* __restrict__ ws, int* __restrict__ sem, int act) {
+  using D = Dt<BF16>;
+  static_assert(MT % 2 == 0 && G >= 64, "TC: whole 16-row activation tiles, groups of >= 64 columns");
+  constexpr int M16 = MT / 2, NT = 2 * RT, P = G / 64, KB = G / 16, CPR = G / 8;
+  constexpr int XROW = TcTile<G, MT>::XROW, TILE = TcTile<G, MT>::TILE;
+  extern __shared__ uint4 xsm4[];  // [DEPTH][16 M16][XROW] activations
+  uint16_t* xsm = reinterpret_cast<uint16_t*>(xsm4);
+  __shared__ int last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int NG = K / G, KW = K / 8, S = gridDim.y, sp = blockIdx.y;
+  const int g0 = (int)(((long long)sp * NG) / S), g1 = (int)(((long long)(sp + 1) * NG) / S);
+  const int nbase = (blockIdx.x * nw + warp) * (16 * RT);
+  int rows[NT];
+  const uint32_t* wp[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    rows[t] = wrow(nbase + 8 * t + gid, N, act);  // rows past N read row N - 1, never stored
+    wp[t] = qw + row_words<G>(rows[t], KW) + 2 * tig;
+  }
+  // ldmatrix.x4 row addresses: lanes 0-15 rows 0-15 at column 0, lanes 16-31 rows 0-15 at column 8
+  const uint32_t abase =
+      (uint32_t)__cvta_generic_to_shared(xsm) + 2u * (uint32_t)((lane & 15) * XROW + (lane >> 4) * 8);
+  // the group's [min(M, 16 M16), G] activations, 16 bytes a copy: thread i copies chunk i % CPR of rows i / CPR + j *
+  // (blockDim / CPR) (blockDim is a multiple of 32 >= CPR). Rows past M are not copied: their stale values reach only
+  // output rows past M (row m of an MMA's result depends on row m of A alone), which are never stored.
+  const int xrs = blockDim.x / CPR, xm0 = threadIdx.x / CPR, xc = threadIdx.x % CPR;
+  const uint16_t* const xsrc0 = x + (size_t)xm0 * sx + xc * 8;
+  const size_t xsstep = (size_t)xrs * sx;
+  const uint32_t xdst0 = (uint32_t)__cvta_generic_to_shared(xsm) + 2u * (uint32_t)(xm0 * XROW + xc * 8);
+  auto issue_x = [&](int slot, int grp) {
+    const uint16_t* src = xsrc0 + (size_t)grp * G;
+    uint32_t dst = xdst0 + 2u * (uint32_t)(slot * TILE);
+    for (int m = xm0; m < min(M, 16 * M16); m += xrs, src += xsstep, dst += 2u * (uint32_t)(xrs * XROW))
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+  };
+  // WR: the weights through a shared-memory ring ([DEPTH][warps][NT][P][32 lanes] 8-byte pieces after the
+  // activations, filled by cp.async: no registers held per group in flight); else a register ring
+  uint32_t wr[WR ? 1 : DEPTH][NT][2 * P];
+  uint16_t sr[DEPTH][NT], zr[DEPTH][NT];
+  const uint2* const wring = reinterpret_cast<const uint2*>(xsm4 + (size_t)DEPTH * TILE * 2 / 16);
+  const uint32_t wsm0 = (uint32_t)__cvta_generic_to_shared(wring) + 8u * (uint32_t)(warp * NT * P * 32 + lane);
+  auto load_w = [&](int slot, int grp) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const uint32_t* src = wp[t] + grp * group_words<G>() + 8 * p;
+        if constexpr (WR) {
+          const uint32_t dst = wsm0 + 8u * (uint32_t)((slot * nw * NT * P + t * P + p) * 32);
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+        } else {
+          uint32_t v[2];
+          ld_words<2>(v, src);
+          wr[slot][t][2 * p] = v[0];
+          wr[slot][t][2 * p + 1] = v[1];
+        }
+      }
+      sr[slot][t] = __ldg(s + (size_t)grp * N + rows[t]);
+      zr[slot][t] = __ldg(z + (size_t)grp * N + rows[t]);
+    }
+  };
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d)
+    if (g0 + d < g1) load_w(d, g0 + d);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d) {
+    if (g0 + d < g1) issue_x(d, g0 + d);
+    cp_async_commit();
+  }
+  float acc[NT][M16][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int mt = 0; mt < M16; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][mt][i] = 0.0f;
+
+  for (int base = g0; base < g1; base += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const int grp = base + d;
+      if (grp < g1) {  // the same for every thread of the CTA
+        cp_async_wait<DEPTH - 2>();
+        __syncthreads();
+        const int nxt = grp + DEPTH - 1, slot = (d + DEPTH - 1) % DEPTH;
+        if (nxt < g1) {
+          issue_x(slot, nxt);
+          load_w(slot, nxt);
+        }
+        cp_async_commit();
+        if constexpr (WR) {  // this group's weights from the ring (this warp's own slice: landed, see the wait)
+#pragma unroll
+          for (int t = 0; t < NT; ++t)
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+              const uint2 v = wring[((d * nw + warp) * NT * P + t * P + p) * 32 + lane];
+              wr[0][t][2 * p] = v.x;
+              wr[0][t][2 * p + 1] = v.y;
+            }
+        }
+        uint32_t c[NT], sc[NT];  // base + zero (exact: integer zero) and the scale, in both halves
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const uint16_t cz = D::from_f(D::to_f(zr[d][t]) + D::BASE);
+          c[t] = (uint32_t)cz | ((uint32_t)cz << 16);
+          sc[t] = (uint32_t)sr[d][t] | ((uint32_t)sr[d][t] << 16);
+        }
+#pragma unroll
+        for (int kb = 0; kb < KB; ++kb) {
+          uint32_t a[M16][4];
+#pragma unroll
+          for (int mt = 0; mt < M16; ++mt)
+            ldmatrix_x4(a[mt], abase + 2u * (uint32_t)(d * TILE + 16 * mt * XROW + 16 * kb));
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            uint32_t b[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int p = tc_pair<G>(kb, h), i = tc_nibble<G>(kb, h);
+              const uint32_t sel = (i >> 1) * 0x1111 + 0x4400;  // bytes [w0.B, w0.B, w1.B, w1.B], B = i / 2
+              uint32_t tt = prmt(wr[WR ? 0 : d][t][2 * p], wr[WR ? 0 : d][t][2 * p + 1], sel);
+              if (i & 1) tt >>= 4;
+              b[h] = D::mul2(D::sub2(nib2<D::MAGIC>(tt), c[t]), sc[t]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < M16; ++mt) D::mma(acc[t][mt], a[mt], b[0], b[1]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // fragment (t, mt, i) is output row m = 16 mt + gid + 8 (i >> 1), (virtual) column n = nbase + 8 t + 2 tig + (i & 1)
+  auto frow = [&](int mt, int i) { return 16 * mt + gid + 8 * (i >> 1); };
+  auto fcol = [&](int t, int i) { return nbase + 8 * t + 2 * tig + (i & 1); };
+  auto store = [&](int m, int n, float y) {
+    if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
+    out[(size_t)m * N + n] = D::from_f(y);
+  };
+  // tile pair r (n8 tiles 2 r, 2 r + 1) of m-tile mt: y[t][i] for t = 0, 1
+  auto emit = [&](int r, int mt, const float (&y)[2][4]) {
+    if (act) {  // n8 tile 2 r: gate, 2 r + 1: up of output columns (nbase / 16 + r) * 8 + 2 tig + (i & 1)
+      const int I = N >> 1;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = frow(mt, i), col = ((nbase >> 4) + r) * 8 + 2 * tig + (i & 1);
+        if (m < M && col < I) out[(size_t)m * I + col] = swiglu<BF16>(y[0][i], y[1][i]);
+      }
+      return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = frow(mt, i), n = fcol(2 * r + h, i);
+        if (m < M && n < N) store(m, n, y[h][i]);
+      }
+  };
+  if (S == 1) {
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int mt = 0; mt < M16; ++mt) {
+        float y[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) y[h][i] = acc[2 * r + h][mt][i];
+        emit(r, mt, y);
+      }
+    return;
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int mt = 0; mt < M16; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = frow(mt, i), n = fcol(t, i);
+        if (m < M && n < N) __stcg(ws + ((size_t)sp * M + m) * N + n, acc[t][mt][i]);
+      }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int mt = 0; mt < M16; ++mt) {
+      float y[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int m = frow(mt, i), n = fcol(2 * r + h, i);
+          y[h][i] = 0.0f;
+          if (m < M && n < N)
+            for (int u = 0; u < S; ++u)
+              y[h][i] += (u == sp) ? acc[2 * r + h][mt][i] : __ldcg(ws + ((size_t)u * M + m) * N + n);
+        }
+      emit(r, mt, y);
+    }
+  if (threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
+}
+
 // raise a kernel's dynamic shared-memory limit once per device (a race between host threads only repeats the same
 // idempotent call); on failure clear the error, so that the next (torch) launch does not report it
 template <typename F>
@@ -912,13 +1176,28 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   cfg.gridDim = dim3(tiles, split);
   cfg.blockDim = dim3(32 * w);
   cfg.dynamicSmemBytes =
-      (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
+      (WS & 4) ? (size_t)DEPTH * TcTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)DEPTH * w * 2 * RT * (G / 64) * 256 : 0)
+               : (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if constexpr ((WS & 4) != 0) {  // the TC kernel (prescaled arithmetic only)
+    static_assert((WS & 2) && MT % 2 == 0, "TC variants: WS = 6 (register ring) or 7 (shared-memory ring), MT = 4 or 8");
+    if ((WS & 8) && w > 4) return (int)cudaErrorInvalidValue;  // OCC: 128-thread launch bounds
+    if (cfg.dynamicSmemBytes > 48 * 1024) {
+      static std::atomic<unsigned> raised{0};
+      const cudaError_t e = raise_smem(w4a16_tc_kernel<BF16, G, MT, RT, DEPTH, (WS & 1) != 0, (WS & 8) ? 3 : 0>, raised, cfg.dynamicSmemBytes, 64);
+      if (e != cudaSuccess) return (int)e;
+    }
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_tc_kernel<BF16, G, MT, RT, DEPTH, (WS & 1) != 0, (WS & 8) ? 3 : 0>, (const uint16_t*)x, sx,
+                                             (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
+                                             (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem, act);
+    if (e != cudaSuccess) cudaGetLastError();
+    return (int)e;
+  }
   if (cfg.dynamicSmemBytes > 48 * 1024) {
     static std::atomic<unsigned> raised{0};
     const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, raised, cfg.dynamicSmemBytes, 64);
@@ -1117,13 +1396,19 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
 
 // The wide kernel's variants (G, MT, RT, DEPTH, WS): WS bit 0 the weights through a per-warp shared-memory ring
 // (cp.async, G >= 128), else a register ring; bit 1 prescaled weights (w_hat rounded to x's dtype, see compute);
+// bit 2 the TC kernel (activations as the A operand, w4a16_tc_kernel; WS = 6, or 7 with its weights through a
+// shared-memory ring), bit 3 with it: 128-thread launch bounds for 3 CTAs an SM (W <= 4);
 // the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
 #define WB_W4WIDE_VARIANTS(X)                                                                                 \
   X(64, 2, 1, 2, 0) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0)                                                       \
   X(128, 2, 1, 4, 1) X(128, 4, 1, 4, 1) X(128, 8, 1, 2, 0) X(128, 8, 1, 3, 1)                                 \
   X(256, 8, 1, 3, 1)                                                                                          \
   X(64, 8, 1, 2, 2) X(128, 2, 1, 4, 3) X(128, 4, 1, 4, 3) X(128, 8, 1, 2, 2) X(128, 8, 1, 3, 3)               \
-  X(128, 8, 1, 4, 3) X(128, 8, 2, 2, 2) X(128, 8, 2, 3, 3)
+  X(128, 8, 1, 4, 3) X(128, 8, 2, 2, 2) X(128, 8, 2, 3, 3)                                                    \
+  X(64, 8, 1, 3, 6) X(128, 4, 1, 3, 6) X(128, 4, 2, 3, 6) X(128, 4, 1, 4, 6) X(128, 8, 1, 3, 6)               \
+  X(128, 8, 1, 4, 6) X(128, 8, 2, 3, 6) X(128, 8, 2, 2, 6) X(256, 8, 1, 3, 6)                                 \
+  X(128, 4, 1, 4, 7) X(128, 4, 2, 4, 7) X(128, 8, 1, 4, 7) X(128, 8, 2, 4, 7) X(128, 8, 2, 3, 7) X(128, 8, 1, 6, 7)  \
+  X(128, 8, 2, 2, 14) X(128, 8, 2, 3, 15) X(128, 4, 2, 3, 14) X(128, 4, 2, 4, 15)
 
 extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int wsm, int w, int split,
                                     const void* x,
