@@ -122,6 +122,21 @@ def part_check(dev) -> list:
                         out.append({**row, **errors(y, ref, TOL_SWIGLU if act == "swiglu" else TOL)})
                     except RuntimeError as e:
                         out.append({**row, "rel_l2": float("nan"), "pass": False, "error": str(e)[:200]})
+        if (model, name) in (("smollm2-135m", "down"), ("g256", "4096x4096"), ("fp16", "qkv")):
+            # every wide / TC configuration with a residual, at the other group sizes and in fp16 (split-K fixup +
+            # residual epilogue; the loop above covers G = 128 bf16 without one)
+            for m in (20, 64):
+                x = torch.randn(m, k, device=dev).to(dt)
+                res = torch.randn(m, n, device=dev).to(dt)
+                refs = {ps: mm.reference(x, qw, s, z, g, res, prescale=ps) for ps in (False, True)}
+                for cfg in [c for c in mm.configs(n, k, m, g) if c[2] >= mm.WIDE]:
+                    row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
+                           "residual": True, "act": "none", "cfg": list(cfg)}
+                    try:
+                        y = mm.gemm(x, qw, s, z, g, n, res, cfg, out=nan_out(m, n, dt, dev))
+                        out.append({**row, **errors(y, refs[mm.prescaled(cfg)])})
+                    except RuntimeError as e:
+                        out.append({**row, "rel_l2": float("nan"), "pass": False, "error": str(e)[:200]})
         torch.cuda.synchronize()
     return out
 

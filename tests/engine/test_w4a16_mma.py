@@ -102,6 +102,125 @@ def test_tc_sources_cover_each_column_once_and_a_wrong_map_fails(monkeypatch):
     got, ref = mm.tc_emulate(x, qw, s, z, 128), mm.reference(x, qw, s, z, 128, prescale=True)
     assert float((got - ref).norm() / ref.norm()) > 0.3
 
+
+def _tc_lane_sim(group, mt_tiles, rt, n, m, act, w=1, bug=None):
+    """The TC kernel's data movement lane by lane (integer weights, no dequantization: tc_emulate covers that): the
+    shared-memory tile, ldmatrix.x4's row addresses and its per-lane delivery, the B fragments from the packed words,
+    mma.sync m16n8k16's fragment layouts, frow / fcol and the SwiGLU pairing, as the source spells them (the source
+    lines are checked in the test). Returns (out, expected). ``bug`` plants one error to show the test's power."""
+    gen = torch.Generator().manual_seed(group + n + m)
+    k = 2 * group
+    q = torch.randint(0, 16, (n, k), generator=gen)
+    x = torch.randint(-3, 4, (m, k), generator=gen).double()
+    qw = pack_int4_gemv(q.to(torch.uint8), group).to(torch.int64) & 0xFFFFFFFF
+    wb, xrow, m16, nt_, kb_ = group // 8, group + 8, mt_tiles // 2, 2 * rt, group // 16
+
+    def wrow(v):
+        if not act:
+            return min(v, n - 1)
+        i_ = n >> 1
+        j = min((v >> 4) * 8 + (v & 7), i_ - 1)
+        return i_ + j if v & 8 else j
+
+    n_out = n // 2 if act else n
+    out = torch.full((m, n_out), float("nan"), dtype=torch.float64)
+    for bx in range(-(-n // (16 * rt * w))):
+        for warp in range(w):
+            nbase = (bx * w + warp) * 16 * rt
+            acc = torch.zeros(32, nt_, m16, 4, dtype=torch.float64)
+            for g in range(k // group):
+                sm = torch.zeros(16 * m16 * xrow, dtype=torch.float64)  # rows past M: never copied (zeros here)
+                for r in range(min(m, 16 * m16)):
+                    sm[r * xrow:r * xrow + group] = x[r, g * group:(g + 1) * group]
+                for kb in range(kb_):
+                    a = torch.zeros(32, m16, 4, 2, dtype=torch.float64)
+                    for mt in range(m16):  # abase + 2 (d TILE + 16 mt XROW + 16 kb), in elements
+                        col8 = (lambda ln: (ln >> 4) * 8) if bug != "ldmatrix" else (lambda ln: ((ln >> 3) & 1) * 8)
+                        addr = [(ln & 15) * xrow + col8(ln) + 16 * mt * xrow + 16 * kb for ln in range(32)]
+                        for ln in range(32):  # matrix j: row address of lane 8 j + ln / 4, elements 2 (ln % 4), + 1
+                            for j in range(4):
+                                row = addr[8 * j + (ln >> 2)]
+                                a[ln, mt, j] = sm[row + 2 * (ln & 3):row + 2 * (ln & 3) + 2]
+                    for t in range(nt_):
+                        b = torch.zeros(32, 2, 2, dtype=torch.float64)
+                        for ln in range(32):
+                            gid, tig = ln >> 2, ln & 3
+                            r = wrow(nbase + 8 * t + gid)
+                            for h, (pair, i) in enumerate(mm.tc_sources(group)[kb]):
+                                w0 = int(qw[r, g * wb + 8 * pair + 2 * tig])
+                                w1 = int(qw[r, g * wb + 8 * pair + 2 * tig + 1])
+                                byte = i >> 1
+
+                                def by(v, kk):
+                                    return (v >> (8 * kk)) & 0xFF
+                                tt = by(w0, byte) | (by(w0, byte) << 8) | (by(w1, byte) << 16) | (by(w1, byte) << 24)
+                                if i & 1:
+                                    tt >>= 4
+                                b[ln, h, 0], b[ln, h, 1] = tt & 0xF, (tt >> 16) & 0xF
+                        for mt in range(m16):  # the m16n8k16 fragments as matrices, D = A B
+                            am = torch.zeros(16, 16, dtype=torch.float64)
+                            bm = torch.zeros(16, 8, dtype=torch.float64)
+                            for ln in range(32):
+                                gid, tig = ln >> 2, ln & 3
+                                am[gid, 2 * tig:2 * tig + 2] = a[ln, mt, 0]
+                                am[gid + 8, 2 * tig:2 * tig + 2] = a[ln, mt, 1]
+                                am[gid, 2 * tig + 8:2 * tig + 10] = a[ln, mt, 2]
+                                am[gid + 8, 2 * tig + 8:2 * tig + 10] = a[ln, mt, 3]
+                                bm[2 * tig:2 * tig + 2, gid] = b[ln, 0]
+                                bm[2 * tig + 8:2 * tig + 10, gid] = b[ln, 1]
+                            c = am @ bm
+                            for ln in range(32):
+                                gid, tig = ln >> 2, ln & 3
+                                acc[ln, t, mt] += torch.stack([c[gid, 2 * tig], c[gid, 2 * tig + 1],
+                                                               c[gid + 8, 2 * tig], c[gid + 8, 2 * tig + 1]])
+            for ln in range(32):
+                gid, tig = ln >> 2, ln & 3
+                for r in range(rt):
+                    for mt in range(m16):
+                        for i in range(4):
+                            row = 16 * mt + gid + 8 * (i >> 1)  # frow
+                            if act:  # gate tile 2 r, up tile 2 r + 1 (the test's stand-in for SwiGLU: 1000 g + u)
+                                col = ((nbase >> 4) + r) * 8 + 2 * tig + (i & 1)
+                                gate, up = acc[ln, 2 * r, mt, i], acc[ln, 2 * r + 1, mt, i]
+                                if bug == "swiglu":
+                                    gate, up = up, gate
+                                if row < m and col < n // 2:
+                                    out[row, col] = 1000 * gate + up
+                            else:
+                                for h in range(2):
+                                    col = nbase + 8 * (2 * r + h) + (tig if bug == "fcol" else 2 * tig) + (i & 1)
+                                    if row < m and col < n:
+                                        out[row, col] = acc[ln, 2 * r + h, mt, i]
+    y = x @ q.double().t()
+    return out, (1000 * y[:, :n // 2] + y[:, n // 2:]) if act else y
+
+
+@pytest.mark.parametrize("args", [(64, 4, 1, 48, 20, 0, 1), (128, 8, 2, 80, 37, 0, 1), (256, 4, 1, 32, 17, 0, 1),
+                                  (128, 8, 2, 80, 64, 1, 1), (64, 8, 1, 96, 50, 1, 3)])
+def test_tc_kernel_lane_level_data_movement_gives_x_times_q(args):
+    # ldmatrix rows and per-lane delivery, the B fragments from the packed words, the MMA fragment layouts, the
+    # epilogue's row / column map and the SwiGLU pairing, lane by lane, against x @ q.T exactly (integers); partial
+    # N tiles, M < 16 MT/2, several warps a CTA. The mirrored source lines must still read as simulated.
+    src = mm.SRC.read_text()
+    for line in ("2u * (uint32_t)((lane & 15) * XROW + (lane >> 4) * 8)",
+                 "abase + 2u * (uint32_t)(d * TILE + 16 * mt * XROW + 16 * kb)",
+                 "const uint32_t sel = (i >> 1) * 0x1111 + 0x4400;", "if (i & 1) tt >>= 4;",
+                 "wp[t] = qw + row_words<G>(rows[t], KW) + 2 * tig;", "rows[t] = wrow(nbase + 8 * t + gid, N, act);",
+                 "return 16 * mt + gid + 8 * (i >> 1);", "return nbase + 8 * t + 2 * tig + (i & 1);",
+                 "col = ((nbase >> 4) + r) * 8 + 2 * tig + (i & 1);", "swiglu<BF16>(y[0][i], y[1][i])",
+                 "y[h][i] = acc[2 * r + h][mt][i];", "D::mma(acc[t][mt], a[mt], b[0], b[1]);"):
+        assert line in src, line
+    out, ref = _tc_lane_sim(*args)
+    assert not torch.isnan(out).any() and torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("bug,args", [("ldmatrix", (128, 4, 1, 32, 20, 0)), ("fcol", (128, 4, 1, 32, 20, 0)),
+                                      ("swiglu", (128, 4, 1, 32, 20, 1))])
+def test_tc_lane_simulation_catches_a_planted_bug(bug, args):
+    # power of the test above: one wrong address, column or pairing and the result is not x @ q.T
+    out, ref = _tc_lane_sim(*args, bug=bug)
+    assert torch.isnan(out).any() or not torch.equal(out, ref)
+
 def test_slot_columns_cover_each_column_of_a_group_once():
     for g in mm.GROUPS:
         cols = mm.slot_columns(g)

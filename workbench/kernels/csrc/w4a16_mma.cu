@@ -1197,17 +1197,18 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
                                              (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem, act);
     if (e != cudaSuccess) cudaGetLastError();
     return (int)e;
+  } else {  // (an else branch: the wide kernel is not instantiated for the TC variants' WS values)
+    if (cfg.dynamicSmemBytes > 48 * 1024) {
+      static std::atomic<unsigned> raised{0};
+      const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, raised, cfg.dynamicSmemBytes, 64);
+      if (e != cudaSuccess) return (int)e;
+    }
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, (const uint16_t*)x, sx,
+                                             (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
+                                             (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem, act);
+    if (e != cudaSuccess) cudaGetLastError();
+    return (int)e;
   }
-  if (cfg.dynamicSmemBytes > 48 * 1024) {
-    static std::atomic<unsigned> raised{0};
-    const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, raised, cfg.dynamicSmemBytes, 64);
-    if (e != cudaSuccess) return (int)e;
-  }
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, (const uint16_t*)x, sx,
-                                           (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
-                                           (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem, act);
-  if (e != cudaSuccess) cudaGetLastError();
-  return (int)e;
 }
 
 // bf16 / fp16 weights, the same few-row technique without dequantization (the verify step of k + 1 <= 9 rows and
@@ -1397,7 +1398,9 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
 // The wide kernel's variants (G, MT, RT, DEPTH, WS): WS bit 0 the weights through a per-warp shared-memory ring
 // (cp.async, G >= 128), else a register ring; bit 1 prescaled weights (w_hat rounded to x's dtype, see compute);
 // bit 2 the TC kernel (activations as the A operand, w4a16_tc_kernel; WS = 6, or 7 with its weights through a
-// shared-memory ring), bit 3 with it: 128-thread launch bounds for 3 CTAs an SM (W <= 4);
+// shared-memory ring), bit 3 with it: 128-thread launch bounds for 3 CTAs an SM (W <= 4; registers permitting: (128,
+// 8, 2, 3, 15) at W = 4 takes 75 KB of shared memory, two CTAs an SM, and was kept because it timed fastest on
+// Llama-3-8B's gate_up at 64 rows among the TC configurations, benchmarks/results/h200_2026-12-04c/occ_layers.json);
 // the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
 #define WB_W4WIDE_VARIANTS(X)                                                                                 \
   X(64, 2, 1, 2, 0) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0)                                                       \
