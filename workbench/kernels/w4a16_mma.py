@@ -59,7 +59,8 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   wide kernel (ncu: 12.5% occupancy at 186 registers, the tensor pipe 35% active, "wait" and long-scoreboard stalls
   first), and occupancy is what moved it: with three CTAs an SM Qwen2-7B's gate_up at 64 rows took 87.5 us (the
   wide kernel 107, cuBLAS bf16 72.9), at 32 rows 61.4 (cuBLAS 72.9), the lm_head 182 / 265 us (cuBLAS 267 / 274);
-  qkv, o and down (N <= 4608) stay 2-3x cuBLAS. Extra CTA widths :data:`TC_WARPS`.
+  qkv, o and down (N <= 6144) stay 1.8-3.2x cuBLAS (the other INT4 kernels 1.5-2.3x). Extra CTA widths
+  :data:`TC_WARPS`.
 * **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
   and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
   fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
@@ -71,8 +72,8 @@ per layer (Qwen2-7B, one layer's four matmuls: 57.8 us at one row against the Tr
 floor's 26.8; 64.9 at eight rows), but still about 2.2x its floor at one row (ncu: DRAM 45% busy, occupancy limited
 by registers); slower than the Triton rows GEMM from 32 rows.
 
-The library is compiled with ``nvcc`` at first use for the GPU's architecture (about 40 s; cached under
-``$WORKBENCH_CACHE`` or ``~/.cache/workbench``, keyed by the source's hash) and loaded with ``ctypes``; a prebuilt
+The library is compiled with ``nvcc`` at first use for the GPU's architecture (4-5 min on a 2-core machine for the
+variants of 2026-12-04; cached under ``$WORKBENCH_CACHE`` or ``~/.cache/workbench``, keyed by the source's hash) and loaded with ``ctypes``; a prebuilt
 library can be named by ``WORKBENCH_W4MMA_SO``. Where it cannot be built (no ``nvcc``, compute capability < 8.0,
 ``WORKBENCH_W4MMA=0``) :func:`available` is False and :class:`workbench.engine.int4.Int4Linear` keeps the Triton
 kernels. Correctness: the column map and the bit operations are emulated on the CPU by :func:`emulate` (tests);
