@@ -87,6 +87,22 @@ def nan_out(m, n, dtype, dev):
 
 
 @torch.no_grad()
+def check_configs(cfgs, x, w, g, n, res, act, refs, row, dev) -> list:
+    """One row per launch configuration: ``mm.gemm`` with ``cfg`` against its own oracle ``refs[prescaled(cfg)]``
+    (``TOL_SWIGLU`` for the SwiGLU epilogue), or the launch error as a failed row."""
+    m = x.shape[0]
+    n_out = n // 2 if act == "swiglu" else n
+    out = []
+    for cfg in cfgs:
+        r = {**row, "residual": res is not None, "act": act, "cfg": list(cfg)}
+        try:
+            y = mm.gemm(x, *w, g, n, res, cfg, out=nan_out(m, n_out, x.dtype, dev), act=act)
+            out.append({**r, **errors(y, refs[mm.prescaled(cfg)], TOL_SWIGLU if act == "swiglu" else TOL)})
+        except RuntimeError as e:
+            out.append({**r, "rel_l2": float("nan"), "pass": False, "error": str(e)[:200]})
+    return out
+
+
 def part_check(dev) -> list:
     out = []
     shapes = [(model, name, *v, torch.bfloat16) for model, d in LAYERS.items() for name, v in d.items()
@@ -109,19 +125,11 @@ def part_check(dev) -> list:
                             **errors(y, mm.reference(x, qw, s, z, g, act="swiglu"), TOL_SWIGLU)})
         if model == "qwen2-7b" and name in ("qkv", "gate_up"):  # every configuration (gate_up: SwiGLU epilogue)
             act = "swiglu" if name == "gate_up" else "none"
-            n_out = n // 2 if act == "swiglu" else n
             for m in (1, 9, 20, 33, 64):  # 20 and 64: the TC kernel's two row tiles full; 33: mostly idle
                 x = torch.randn(m, k, device=dev).to(dt)
                 refs = {ps: mm.reference(x, qw, s, z, g, prescale=ps, act=act) for ps in (False, True)}
-                for cfg in mm.configs(n, k, m, g):  # each against its own oracle (prescaled: w_hat rounded)
-                    ref = refs[mm.prescaled(cfg)]
-                    row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
-                           "residual": False, "act": act, "cfg": list(cfg)}
-                    try:
-                        y = mm.gemm(x, qw, s, z, g, n, None, cfg, out=nan_out(m, n_out, dt, dev), act=act)
-                        out.append({**row, **errors(y, ref, TOL_SWIGLU if act == "swiglu" else TOL)})
-                    except RuntimeError as e:
-                        out.append({**row, "rel_l2": float("nan"), "pass": False, "error": str(e)[:200]})
+                row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m}
+                out += check_configs(mm.configs(n, k, m, g), x, (qw, s, z), g, n, None, act, refs, row, dev)
         if (model, name) in (("smollm2-135m", "down"), ("g256", "4096x4096"), ("fp16", "qkv")):
             # every wide / TC configuration with a residual, at the other group sizes and in fp16 (split-K fixup +
             # residual epilogue; the loop above covers G = 128 bf16 without one)
@@ -129,14 +137,9 @@ def part_check(dev) -> list:
                 x = torch.randn(m, k, device=dev).to(dt)
                 res = torch.randn(m, n, device=dev).to(dt)
                 refs = {ps: mm.reference(x, qw, s, z, g, res, prescale=ps) for ps in (False, True)}
-                for cfg in [c for c in mm.configs(n, k, m, g) if c[2] >= mm.WIDE]:
-                    row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m,
-                           "residual": True, "act": "none", "cfg": list(cfg)}
-                    try:
-                        y = mm.gemm(x, qw, s, z, g, n, res, cfg, out=nan_out(m, n, dt, dev))
-                        out.append({**row, **errors(y, refs[mm.prescaled(cfg)])})
-                    except RuntimeError as e:
-                        out.append({**row, "rel_l2": float("nan"), "pass": False, "error": str(e)[:200]})
+                row = {"model": model, "call": name, "N": n, "K": k, "group": g, "dtype": str(dt), "M": m}
+                out += check_configs([c for c in mm.configs(n, k, m, g) if c[2] >= mm.WIDE], x, (qw, s, z), g, n,
+                                     res, "none", refs, row, dev)
         torch.cuda.synchronize()
     return out
 

@@ -73,8 +73,8 @@ floor's 26.8; 64.9 at eight rows), but still about 2.2x its floor at one row (nc
 by registers); slower than the Triton rows GEMM from 32 rows.
 
 The library is compiled with ``nvcc`` at first use for the GPU's architecture (4-5 min on a 2-core machine for the
-variants of 2026-12-04; cached under ``$WORKBENCH_CACHE`` or ``~/.cache/workbench``, keyed by the source's hash) and loaded with ``ctypes``; a prebuilt
-library can be named by ``WORKBENCH_W4MMA_SO``. Where it cannot be built (no ``nvcc``, compute capability < 8.0,
+variants of 2026-12-04; cached under ``$WORKBENCH_CACHE`` or ``~/.cache/workbench``, keyed by the source's hash) and
+loaded with ``ctypes``; a prebuilt library can be named by ``WORKBENCH_W4MMA_SO``. Where it cannot be built (no ``nvcc``, compute capability < 8.0,
 ``WORKBENCH_W4MMA=0``) :func:`available` is False and :class:`workbench.engine.int4.Int4Linear` keeps the Triton
 kernels. Correctness: the column map and the bit operations are emulated on the CPU by :func:`emulate` (tests);
 the kernel itself is checked against :func:`reference` on the GPU (``tests/engine/test_w4a16_mma.py`` on CUDA,
@@ -106,7 +106,8 @@ WIDE_WARPS = (4, 8)  # warps per CTA (adjacent 16 RT-row tiles of N) of the wide
 WIDE_TC = 4  # XS - WIDE bit 2: the TC kernel (activations as the MMA's A operand, ldmatrix; prescaled; see the source)
 # The TC kernel's extra CTA widths: its grid is N / (16 RT W) CTAs, and at 2 CTAs an SM Qwen2-7B's gate_up at 64 rows
 # was 296 CTAs for 264 slots (ncu: SMs active 56% of the elapsed cycles, a second wave of 32 CTAs); W = 3 with RT = 2
-# (3 CTAs an SM by registers) is 395 CTAs for 396 slots.
+# (3 CTAs an SM by registers) is 395 CTAs for 396 slots. Measured: no gain (benchmarks/results/h200_2026-12-04c/
+# tc2_layers.json); they stay as configurations the tuner times.
 TC_WARPS = (2, 3, 6)
 WIDE_TC_OCC = 8  # XS - WIDE bit 3 (with bit 2): the TC kernel under 128-thread launch bounds, 3 CTAs an SM (W <= 4)
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
@@ -535,6 +536,15 @@ def _bf16_bits_to_float(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         (bits.to(torch.int32) << 16).view(torch.float32))
 
 
+def _prmt_lop3(w0: torch.Tensor, w1: torch.Tensor, byte: int, shift: int, magic: int) -> torch.Tensor:
+    """``lop3(prmt(w0, w1, byte * 0x1111 + 0x4400) >> shift, 0x000F000F, magic)`` on int64 words holding uint32:
+    bytes ``[w0.B, w0.B, w1.B, w1.B]``, shifted, the low nibble of each half ORed under the exponent bits (``base +
+    q`` in both halves)."""
+    b0, b1 = (w0 >> (8 * byte)) & 0xFF, (w1 >> (8 * byte)) & 0xFF
+    t = (b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)) >> shift
+    return (t & 0x000F000F) | magic
+
+
 def emulate(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> torch.Tensor:
     """The kernel's arithmetic on the CPU, step by step as ``csrc/w4a16_mma.cu`` does it: for each group and
     MMA (:func:`mma_sources`), the lane's words are gathered by ``prmt`` (selector ``B * 0x1111 + 0x4400``), shifted,
@@ -563,10 +573,7 @@ def emulate(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> t
                 for half, (b, word, shift) in enumerate(halves):
                     w0 = w[:, g * wb + tig * wpl + word]
                     w1 = w[:, g * wb + tig * wpl + word + 1]
-                    # prmt sel B*0x1111 + 0x4400: bytes [w0.B, w0.B, w1.B, w1.B]
-                    b0, b1 = (w0 >> (8 * b)) & 0xFF, (w1 >> (8 * b)) & 0xFF
-                    t = (b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)) >> shift
-                    v = (t & 0x000F000F) | magic  # lop3 0xEA: base + q in both halves
+                    v = _prmt_lop3(w0, w1, b, shift, magic)  # base + q in both halves
                     lo = _bf16_bits_to_float(v & 0xFFFF, x.dtype)  # k-slot 2 tig (+ 8 for half 1)
                     hi = _bf16_bits_to_float(v >> 16, x.dtype)  # k-slot 2 tig + 1 (+ 8)
                     if not xsum:  # hsub2: q - zero, exact
@@ -584,7 +591,6 @@ def emulate(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> t
     if residual is not None:
         y = (y.float() + residual.float()).to(x.dtype)
     return y.float()
-
 
 
 def tc_sources(group: int) -> tuple:
@@ -621,10 +627,7 @@ def tc_emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
                 for tig in range(4):
                     w0 = w[:, g * wb + 8 * pair + 2 * tig]
                     w1 = w[:, g * wb + 8 * pair + 2 * tig + 1]
-                    byte = nib // 2
-                    b0, b1 = (w0 >> (8 * byte)) & 0xFF, (w1 >> (8 * byte)) & 0xFF
-                    t = (b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)) >> (4 * (nib % 2))
-                    v = (t & 0x000F000F) | magic
+                    v = _prmt_lop3(w0, w1, nib // 2, 4 * (nib % 2), magic)
                     for e, bits in enumerate((v & 0xFFFF, v >> 16)):
                         wq = _bf16_bits_to_float(bits, x.dtype) - c  # hsub2: q - zero, exact
                         wq = (wq * s[g].float()).to(x.dtype).float()  # hmul2: w_hat rounded once
@@ -634,6 +637,7 @@ def tc_emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
     if residual is not None:
         y = (y.float() + residual.float()).to(x.dtype)
     return y.float()
+
 
 # ---- bf16 / fp16 weights: the same few-row technique without dequantization (dense_mma_kernel in the source) ----
 DENSE_KS = (1, 2, 4, 8, 16)

@@ -898,7 +898,8 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
 //    prescaled arithmetic: a packed subtraction and multiply, rounded once, as Marlin's dequantization);
 //  * each B fragment feeds MT / 2 MMAs and each A fragment NT: ~1 ldmatrix per NT MMAs, ~4 / (MT / 2) dequantizing
 //    instructions per MMA (the swap-AB kernels reload an activation fragment for every MMA pair at n = 8).
-// The weights ride in a DEPTH-group register ring beside the activations' shared-memory ring; split K across CTAs,
+// The weights ride in a DEPTH-group register ring (WR: a per-warp cp.async ring) beside the activations' shared-memory
+// ring; split K across CTAs,
 // the deterministic fixup, the residual and the SwiGLU epilogue are the wide kernel's (act: n8 tile 2 r holds the gate
 // and 2 r + 1 the up of the same 8 output columns, wrow's mapping).
 template <int G, int MT>
@@ -1184,30 +1185,24 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  auto go = [&](auto* fn) {  // one kernel: raise its shared-memory limit if needed, launch
+    if (cfg.dynamicSmemBytes > 48 * 1024) {
+      static std::atomic<unsigned> raised{0};  // one per launch_wide instantiation, i.e. per kernel
+      const cudaError_t e = raise_smem(fn, raised, cfg.dynamicSmemBytes, 64);
+      if (e != cudaSuccess) return (int)e;
+    }
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, fn, (const uint16_t*)x, sx, (const uint32_t*)qw, (const uint16_t*)s,
+                                             (const uint16_t*)z, (uint16_t*)out, (const uint16_t*)res, M, N, K,
+                                             (float*)ws, (int*)sem, act);
+    if (e != cudaSuccess) cudaGetLastError();
+    return (int)e;
+  };
   if constexpr ((WS & 4) != 0) {  // the TC kernel (prescaled arithmetic only)
     static_assert((WS & 2) && MT % 2 == 0, "TC variants: WS = 6 (register ring) or 7 (shared-memory ring), MT = 4 or 8");
     if ((WS & 8) && w > 4) return (int)cudaErrorInvalidValue;  // OCC: 128-thread launch bounds
-    if (cfg.dynamicSmemBytes > 48 * 1024) {
-      static std::atomic<unsigned> raised{0};
-      const cudaError_t e = raise_smem(w4a16_tc_kernel<BF16, G, MT, RT, DEPTH, (WS & 1) != 0, (WS & 8) ? 3 : 0>, raised, cfg.dynamicSmemBytes, 64);
-      if (e != cudaSuccess) return (int)e;
-    }
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_tc_kernel<BF16, G, MT, RT, DEPTH, (WS & 1) != 0, (WS & 8) ? 3 : 0>, (const uint16_t*)x, sx,
-                                             (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
-                                             (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem, act);
-    if (e != cudaSuccess) cudaGetLastError();
-    return (int)e;
+    return go(w4a16_tc_kernel<BF16, G, MT, RT, DEPTH, (WS & 1) != 0, (WS & 8) ? 3 : 0>);
   } else {  // (an else branch: the wide kernel is not instantiated for the TC variants' WS values)
-    if (cfg.dynamicSmemBytes > 48 * 1024) {
-      static std::atomic<unsigned> raised{0};
-      const cudaError_t e = raise_smem(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, raised, cfg.dynamicSmemBytes, 64);
-      if (e != cudaSuccess) return (int)e;
-    }
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>, (const uint16_t*)x, sx,
-                                             (const uint32_t*)qw, (const uint16_t*)s, (const uint16_t*)z,
-                                             (uint16_t*)out, (const uint16_t*)res, M, N, K, (float*)ws, (int*)sem, act);
-    if (e != cudaSuccess) cudaGetLastError();
-    return (int)e;
+    return go(w4a16_wide_kernel<BF16, G, MT, RT, DEPTH, WS>);
   }
 }
 
