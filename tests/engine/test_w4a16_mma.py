@@ -275,6 +275,39 @@ def test_wide_configs_split_k_into_nonempty_ranges_and_bound_the_grid(monkeypatc
     assert not [c for c in mm.configs(4608, 3584, 8, 128) if c[2] >= mm.WIDE]  # one row tile: the split kernels
 
 
+def _split_workspace_map(m, n, rt, w, split, tc):
+    # the fixup's float4 index of (split u, column tile b, accumulator float4 j, thread tid), as both kernels
+    # compute it: mine = ws4 + b * (RT MT) * blockDim + tid, then + u * ustep + j * blockDim
+    mt = mm.m_tiles(m)
+    per = (2 * rt) * (mt // 2) if tc else rt * mt  # NT * M16 (TC) or RT * MT (wide) float4 per thread
+    tiles, bd = -(-n // (16 * rt * w)), 32 * w
+    u, b, j, tid = torch.meshgrid(torch.arange(split), torch.arange(tiles), torch.arange(per), torch.arange(bd),
+                                  indexing="ij")
+    return (b * per * bd + tid) + u * (tiles * per * bd) + j * bd
+
+
+@pytest.mark.parametrize("m,n,rt,w,split,tc", [(20, 80, 1, 4, 2, True), (64, 4608, 2, 4, 8, True),
+                                               (33, 3584, 1, 6, 4, True), (9, 3584, 1, 8, 8, False),
+                                               (64, 37888, 2, 3, 2, False), (17, 48, 3, 2, 4, False)])
+def test_split_workspace_holds_every_thread_partial_once(m, n, rt, w, split, tc):
+    # each thread's float4s land in distinct slots that tile [0, split_workspace_floats) exactly: no overlap
+    # between CTAs or splits (a wrong stride), nothing past the allocation (the old [SPLIT, M, N] size is too
+    # small for padded tiles and rows: the second assert fails on it). Source lines mirrored must still read so.
+    src = mm.SRC.read_text()
+    for line in ("float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * NT * M16 * blockDim.x + threadIdx.x;",
+                 "const size_t ustep = (size_t)gridDim.x * NT * M16 * blockDim.x;",
+                 "float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * RT * MT * blockDim.x + threadIdx.x;",
+                 "const size_t ustep = (size_t)gridDim.x * RT * MT * blockDim.x;",
+                 "__stcg(mine + sp * ustep + (t * M16 + mt) * blockDim.x,", "__stcg(mine + sp * ustep + (r * MT + mt) * blockDim.x,",
+                 "const float4 v = __ldcg(mine + u * ustep + (t * M16 + mt) * blockDim.x);",
+                 "const float4 v = __ldcg(mine + u * ustep + (r * MT + mt) * blockDim.x);"):
+        assert line in src, line
+    idx = _split_workspace_map(m, n, rt, w, split, tc).flatten()
+    size = mm.split_workspace_floats(m, n, rt, w, split)
+    assert torch.equal(torch.sort(idx).values, torch.arange(size // 4))
+    assert split * m * n < size or (m % 8 == 0 and n % (16 * rt * w) == 0)
+
+
 def test_m_tiles_and_supported():
     assert [mm.m_tiles(m) for m in (1, 8, 9, 16, 17, 33, 64)] == [1, 1, 2, 2, 4, 8, 8]
     with pytest.raises(ValueError, match="1..64 rows"):

@@ -38,9 +38,10 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   is rounded to x's dtype once, ``dtype((q - zero) * scale)`` by one more packed multiply, as Marlin does, and the
   MMAs accumulate straight into the output fragments, so no per-group float32 partial is kept: half the
   accumulator registers, which lets two CTAs share an SM; :func:`emulate` with ``prescale=True``); K is split
-  across ``SPLIT`` CTAs, whose float32 partials go to a workspace and are
-  summed, in split order, by the CTA that arrives last at its column tile's counter (the serial "fixup" of
-  stream-K, Osama et al. 2023, arXiv 2301.03598: deterministic). It is one more set of configurations the tuner
+  across ``SPLIT`` CTAs, whose float32 partials go to a workspace (each thread's accumulators as float4s in
+  thread order, :func:`split_workspace_floats`) and are summed, in split order, by the CTA that arrives last at
+  its column tile's counter (the serial "fixup" of stream-K, Osama et al. 2023, arXiv 2301.03598: deterministic,
+  whichever CTA arrives last). It is one more set of configurations the tuner
   times; on the H200 it won only at 64 rows of the large matrices (gate_up 131-136 us against the split kernels'
   245), still far from cuBLAS bf16 (71 us): ncu shows 12.5% theoretical occupancy (shared memory and registers) and
   0.37 instructions issued per scheduler-cycle, and one pipeline stage is ~500 instructions per 64 MMAs
@@ -279,6 +280,17 @@ def m_tiles(m: int) -> int:
     return mt
 
 
+def split_workspace_floats(m: int, n: int, rt: int, w: int, split: int) -> int:
+    """float32 elements of a split wide / TC launch's workspace: ``split`` partials of ``Mpad x Npad``, ``Mpad = 8
+    m_tiles(m)`` rows and ``Npad`` = the launch's column tiles (``16 RT W`` columns each) times their width. Each
+    thread of column tile ``b`` stores its ``4 RT MT`` accumulators as float4 ``j`` at ``((u tiles + b) RT MT + j)
+    blockDim + threadIdx`` of split ``u`` (``mine + sp * ustep + ...`` in both kernels' fixup), which covers exactly
+    this many floats (``tests/engine/test_w4a16_mma.py`` checks the map). Raises ``ValueError`` for ``m`` outside
+    1..64 (:func:`m_tiles`)."""
+    width = 16 * rt * w
+    return split * 8 * m_tiles(m) * (-(-n // width) * width)
+
+
 def supported(n: int, k: int, group: int, dtype: torch.dtype, zeros: torch.Tensor | None = None) -> bool:
     """Whether :func:`gemm` takes this weight: bf16 / fp16 activations, ``group`` in :data:`GROUPS` dividing
     ``k``, ``n`` a multiple of 16, and (if given) integer ``zeros`` with ``|zero| < 128`` (bf16) or ``< 1024``
@@ -374,7 +386,7 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     int32 from :func:`~workbench.kernels.int4_layout.pack_int4_gemv`; ``s``, ``z`` (scale, integer zero)
     ``[K // group, n]`` in x's dtype, contiguous; ``residual`` ``[M, n]`` in x's dtype or None; ``cfg = (RT, DEPTH,
     XS, KS)``, or ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (default: tuned for this call, else
-    :func:`default_cfg`). A split wide launch takes a ``[SPLIT, M, n]`` float32 workspace from torch's allocator and
+    :func:`default_cfg`). A split wide launch takes a float32 workspace (:func:`split_workspace_floats`) from torch's allocator and
     the device's counters (:func:`_sem`): one stream at a time per device. Returns ``[M, n]`` (``[M, n // 2]`` for
     "swiglu") in x's dtype (or fills ``out``). Raises ``ValueError`` on arguments it does not take (an unknown
     ``act``, "swiglu" with a residual) and ``RuntimeError`` when the library is unavailable or the launch fails."""
@@ -419,7 +431,8 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     with torch.cuda.device(x.device):  # the launch goes to the current device
         if xs >= WIDE:
             split = cfg[4] if len(cfg) > 4 else 1
-            ws = torch.empty(split * m * n, dtype=torch.float32, device=x.device) if split > 1 else None
+            ws = (torch.empty(split_workspace_floats(m, n, rt, ks, split), dtype=torch.float32, device=x.device)
+                  if split > 1 else None)
             sem = _sem(x.device) if split > 1 else None
             rc = lib.wb_w4mma_wide_launch(int(x.dtype == torch.bfloat16), group, m_tiles(m), rt, depth, xs - WIDE,
                                           ks, split,

@@ -844,43 +844,46 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
       if (m < M && n < N) store(m, n, y[i]);
     }
   };
-  if (S == 1) {
+  // split K (S > 1): partials in thread order, [S][tiles][RT MT][blockDim] float4, summed in split order by the
+  // last CTA to arrive (see the TC kernel)
+  if (S > 1) {
+    float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * RT * MT * blockDim.x + threadIdx.x;
+    const size_t ustep = (size_t)gridDim.x * RT * MT * blockDim.x;
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) emit(r, mt, acc[r][mt]);
-    return;
+      for (int mt = 0; mt < MT; ++mt)
+        __stcg(mine + sp * ustep + (r * MT + mt) * blockDim.x,
+               make_float4(acc[r][mt][0], acc[r][mt][1], acc[r][mt][2], acc[r][mt][3]));
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
+    for (int u = 0; u < S; ++u)
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const float4 v = __ldcg(mine + u * ustep + (r * MT + mt) * blockDim.x);
+          acc[r][mt][0] += v.x;
+          acc[r][mt][1] += v.y;
+          acc[r][mt][2] += v.z;
+          acc[r][mt][3] += v.w;
+        }
   }
 #pragma unroll
   for (int r = 0; r < RT; ++r)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
-        if (m < M && n < N) __stcg(ws + ((size_t)sp * M + m) * N + n, acc[r][mt][i]);
-      }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-#pragma unroll
-  for (int r = 0; r < RT; ++r)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      float y[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int m = mt * 8 + 2 * tig + (i & 1), n = nbase + r * 16 + gid + 8 * (i >> 1);
-        y[i] = 0.0f;
-        if (m < M && n < N)
-          for (int t = 0; t < S; ++t) y[i] += (t == sp) ? acc[r][mt][i] : __ldcg(ws + ((size_t)t * M + m) * N + n);
-      }
-      emit(r, mt, y);
-    }
-  if (threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
+    for (int mt = 0; mt < MT; ++mt) emit(r, mt, acc[r][mt]);
+  if (S > 1 && threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
 }
 
 // The tensor-core kernel (WSM bit 2, TC; XS = 3 + WSM in the variant list), for 17..64 rows: the activations are the
@@ -1099,35 +1102,43 @@ __global__ void __launch_bounds__(OCC ? 128 : 256, OCC ? OCC : 1) w4a16_tc_kerne
         if (m < M && n < N) store(m, n, y[h][i]);
       }
   };
-  if (S == 1) {
+  // split K (S > 1): each CTA stores its float32 partials in its own thread order, [S][tiles][NT M16][blockDim]
+  // float4 (coalesced 16-byte stores and loads, no bounds: a split launch's workspace is S x Npad x Mpad floats,
+  // mm.split_workspace_floats); the last CTA of the tile to arrive sums the S partials in the order u = 0 .. S - 1
+  // (its own read back: the result does not depend on which CTA came last) with every load of a round in flight
+  if (S > 1) {
+    float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * NT * M16 * blockDim.x + threadIdx.x;
+    const size_t ustep = (size_t)gridDim.x * NT * M16 * blockDim.x;
 #pragma unroll
-    for (int r = 0; r < RT; ++r)
+    for (int t = 0; t < NT; ++t)
 #pragma unroll
-      for (int mt = 0; mt < M16; ++mt) {
-        float y[2][4];
+      for (int mt = 0; mt < M16; ++mt)
+        __stcg(mine + sp * ustep + (t * M16 + mt) * blockDim.x,
+               make_float4(acc[t][mt][0], acc[t][mt][1], acc[t][mt][2], acc[t][mt][3]));
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < NT; ++t)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) y[h][i] = acc[2 * r + h][mt][i];
-        emit(r, mt, y);
-      }
-    return;
+      for (int mt = 0; mt < M16; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[t][mt][i] = 0.0f;
+    for (int u = 0; u < S; ++u)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int mt = 0; mt < M16; ++mt) {
+          const float4 v = __ldcg(mine + u * ustep + (t * M16 + mt) * blockDim.x);
+          acc[t][mt][0] += v.x;
+          acc[t][mt][1] += v.y;
+          acc[t][mt][2] += v.z;
+          acc[t][mt][3] += v.w;
+        }
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t)
-#pragma unroll
-    for (int mt = 0; mt < M16; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int m = frow(mt, i), n = fcol(t, i);
-        if (m < M && n < N) __stcg(ws + ((size_t)sp * M + m) * N + n, acc[t][mt][i]);
-      }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
 #pragma unroll
   for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -1136,16 +1147,10 @@ __global__ void __launch_bounds__(OCC ? 128 : 256, OCC ? OCC : 1) w4a16_tc_kerne
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int m = frow(mt, i), n = fcol(2 * r + h, i);
-          y[h][i] = 0.0f;
-          if (m < M && n < N)
-            for (int u = 0; u < S; ++u)
-              y[h][i] += (u == sp) ? acc[2 * r + h][mt][i] : __ldcg(ws + ((size_t)u * M + m) * N + n);
-        }
+        for (int i = 0; i < 4; ++i) y[h][i] = acc[2 * r + h][mt][i];
       emit(r, mt, y);
     }
-  if (threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
+  if (S > 1 && threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
 }
 
 // raise a kernel's dynamic shared-memory limit once per device (a race between host threads only repeats the same
