@@ -4,6 +4,7 @@ the dequantized reference, the variant list, the build, the engine switch; on CU
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -273,6 +274,41 @@ def test_wide_configs_split_k_into_nonempty_ranges_and_bound_the_grid(monkeypatc
         fewest = min(-(-n // (16 * c[0] * c[3])) for c in wide)  # N tiles of the widest CTA
         assert {c[4] for c in wide} == {sp for sp in mm.WIDE_SPLITS if sp <= k // 128 and fewest * sp <= 16 * 132}
     assert not [c for c in mm.configs(4608, 3584, 8, 128) if c[2] >= mm.WIDE]  # one row tile: the split kernels
+
+
+@pytest.mark.parametrize("group,mt,m", [(128, 8, 64), (128, 8, 37), (128, 4, 20), (128, 2, 9), (64, 8, 50),
+                                         (256, 4, 32)])
+def test_wg_kernel_stage_layout_is_what_its_descriptors_read(group, mt, m):
+    # the WG kernel's cp.async map (chunk i -> row 8 nb + (i & 7), column chunk c, byte nb SBO + c LBO + 16 (i & 7))
+    # fills the canonical no-swizzle K-major layout that its descriptors (start + 2 kb LBO for k-block kb = j KBB + kk, LBO 128, SBO 16 G) name:
+    # B[k][n] of k-block kb at start + (n / 8) SBO + (k / 8) LBO + 2 (8 (n % 8) + k % 8) (PTX ISA, the matrix
+    # descriptor's canonical layouts) must be x[n, 16 kb + k] for every x row n < M, each byte written once
+    src = mm.SRC.read_text()
+    for line in ("const int r8 = i & 7, c = (i >> 3) % CPR, nb = (i >> 3) / CPR, m = 8 * nb + r8;",
+                 "const uint32_t dst = xs0 + (uint32_t)(slot * TILE * 2) + nb * SBO + c * LBO + r8 * 16;",
+                 "constexpr uint32_t LBO = 128, SBO = 16u * G;   // bytes",
+                 "const uint32_t sa = sbase + (j * KBB + kk) * 2 * LBO;",
+                 "const uint64_t desc = (uint64_t)((sa & 0x3FFFF) >> 4) | ((uint64_t)(LBO >> 4) << 16) |",
+                 "((uint64_t)(SBO >> 4) << 32);"):
+        assert line in src, line
+    nx, cpr, lbo, sbo = 8 * mt, group // 8, 128, 16 * group
+    x = torch.randint(-1000, 1000, (m, group), dtype=torch.int32)
+    smem = torch.full((nx * group,), -(2 ** 20), dtype=torch.int32)  # one element a 2 bytes; unwritten = marker
+    written = torch.zeros_like(smem)
+    for i in range(nx * cpr):
+        r8, c, nb = i & 7, (i >> 3) % cpr, (i >> 3) // cpr
+        row = 8 * nb + r8
+        if row < m:
+            dst = nb * sbo + c * lbo + r8 * 16
+            smem[dst // 2: dst // 2 + 8] = x[row, c * 8: c * 8 + 8]
+            written[dst // 2: dst // 2 + 8] += 1
+    assert written.max() == 1 and written.sum() == m * group
+    for kb in range(group // 16):
+        start = kb * 2 * lbo
+        n = torch.arange(m)[:, None]
+        k = torch.arange(16)[None, :]
+        addr = start + (n // 8) * sbo + (k // 8) * lbo + 2 * (8 * (n % 8) + k % 8)
+        assert torch.equal(smem[addr // 2], x[:, 16 * kb: 16 * kb + 16]), kb
 
 
 def _split_workspace_map(m, n, rt, w, split, tc):
@@ -754,3 +790,17 @@ def test_cuda_engine_steps_with_the_swiglu_epilogue_match_the_separate_silu_mul(
     assert not any(a == "swiglu" for _, a in acts)
     torch.testing.assert_close(on, off, atol=3e-2, rtol=3e-2)
     assert float((on - off).abs().max()) < float(off.abs().max()) * 1e-2
+
+
+def test_wgmma_build_is_opt_in_and_keys_the_cache(monkeypatch):
+    # the default Hopper build is plain sm_90 (no WG variants, the tuner's space unchanged); WORKBENCH_W4MMA_WGMMA=1
+    # builds sm_90a with -DWB_WGMMA, and only for 9.0; the flags enter the cache tag so the two builds never mix
+    monkeypatch.delenv("WORKBENCH_W4MMA_WGMMA", raising=False)
+    assert mm._arch_flags("90") == ["-gencode=arch=compute_90,code=sm_90"]
+    monkeypatch.setenv("WORKBENCH_W4MMA_WGMMA", "1")
+    assert mm._arch_flags("90") == ["-gencode=arch=compute_90a,code=sm_90a", "-DWB_WGMMA"]
+    assert mm._arch_flags("89") == ["-gencode=arch=compute_89,code=sm_89"]
+    assert 'tag = hashlib.sha256(src + " ".join(_arch_flags(arch)).encode()' in Path(mm.__file__).read_text()
+    wg = [v for v in mm.source_variants() if v[4] == mm.WIDE + mm.WIDE_WG + mm.WIDE_PRESCALED]
+    assert wg and all(v[0] == 128 and v[1] >= 2 for v in wg)  # listed for the loader; compiled only with -DWB_WGMMA
+    assert "#if defined(WB_WGMMA)\n#define WB_W4WG_VARIANTS(X)" in mm.SRC.read_text()

@@ -60,8 +60,15 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   wide kernel (ncu: 12.5% occupancy at 186 registers, the tensor pipe 35% active, "wait" and long-scoreboard stalls
   first), and occupancy is what moved it: with three CTAs an SM Qwen2-7B's gate_up at 64 rows took 87.5 us (the
   wide kernel 107, cuBLAS bf16 72.9), at 32 rows 61.4 (cuBLAS 72.9), the lm_head 182 / 265 us (cuBLAS 267 / 274);
-  qkv, o and down (N <= 6144) stay 1.8-3.2x cuBLAS (the other INT4 kernels 1.5-2.3x). Extra CTA widths
-  :data:`TC_WARPS`.
+  qkv, o and down (N <= 6144) stayed 1.8-3.2x cuBLAS; with the split-K fixup in thread order (12-04d) they are
+  1.1-2.0x at 64 rows and 0.79-1.22x at 32. Extra CTA widths :data:`TC_WARPS`.
+* **the WG kernel** (bit :data:`WIDE_WG`, opt-in: ``WORKBENCH_W4MMA_WGMMA=1`` builds for sm_90a): Hopper's
+  ``wgmma.mma_async`` with swap AB as Machete: the dequantized weights (64 rows a warpgroup, the TC kernel's
+  fragments, which are wgmma's register-A layout) times x's rows read by the tensor cores from shared memory in the
+  canonical no-swizzle K-major layout (the CPU test checks the copy map against the descriptor's addressing), two
+  register batches of A so the tensor cores run one while the warps dequantize the next. Correct on the H200 (129
+  cases), but 1.04-1.36x slower than the TC kernel in every Qwen2-7B shape (ncu on gate_up at 64 rows: 255
+  registers, 12.5% occupancy, long-scoreboard stalls first; ``benchmarks/results/h200_2026-12-04d/``).
 * **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
   and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
   fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
@@ -110,6 +117,7 @@ WIDE_TC = 4  # XS - WIDE bit 2: the TC kernel (activations as the MMA's A operan
 # (3 CTAs an SM by registers) is 395 CTAs for 396 slots. Measured: no gain (benchmarks/results/h200_2026-12-04c/
 # tc2_layers.json); they stay as configurations the tuner times.
 TC_WARPS = (2, 3, 6)
+WIDE_WG = 16  # XS - WIDE bit 4 (WS = 18, with the prescaled bit): the WG kernel (wgmma, sm_90a, opt-in: _arch_flags)
 WIDE_TC_OCC = 8  # XS - WIDE bit 3 (with bit 2): the TC kernel under 128-thread launch bounds, 3 CTAs an SM (W <= 4)
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
@@ -142,6 +150,16 @@ def _nvcc() -> str | None:
     return None
 
 
+def _arch_flags(arch: str) -> list:
+    """nvcc flags for compute capability ``arch`` ("90", "89", ...). With ``WORKBENCH_W4MMA_WGMMA=1`` Hopper (9.0)
+    builds for sm_90a, whose wgmma instructions the WG kernel (:data:`WIDE_WG`) uses, and ``-DWB_WGMMA``
+    instantiates it: opt-in, because on the H200 it was correct but slower than the TC kernel in every shape
+    (``benchmarks/results/h200_2026-12-04d/``), so the default build keeps the tuner's space and compile time."""
+    if arch == "90" and os.environ.get("WORKBENCH_W4MMA_WGMMA", "0") == "1":
+        return ["-gencode=arch=compute_90a,code=sm_90a", "-DWB_WGMMA"]
+    return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+
+
 def build(arch: str, out: Path | None = None, nvcc: str | None = None) -> Path:
     """Compile ``csrc/w4a16_mma.cu`` into a shared library for ``arch`` (e.g. ``"90"``) and return its path;
     a library already built from the same source, architecture and compiler is reused. Raises ``RuntimeError``
@@ -152,15 +170,14 @@ def build(arch: str, out: Path | None = None, nvcc: str | None = None) -> Path:
                            "WORKBENCH_W4MMA_SO to a prebuilt library, or WORKBENCH_W4MMA=0")
     src = SRC.read_bytes()
     ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    tag = hashlib.sha256(src + arch.encode() + ver.encode()).hexdigest()[:16]
+    tag = hashlib.sha256(src + " ".join(_arch_flags(arch)).encode() + ver.encode()).hexdigest()[:16]
     out = out or _cache_dir() / f"w4a16_mma_sm{arch}_{tag}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}",
-           "-o", tmp, str(SRC)]
+    cmd = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17"] + _arch_flags(arch) + ["-o", tmp, str(SRC)]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode:
         os.unlink(tmp)
@@ -233,8 +250,10 @@ def why_unavailable() -> str:
 @functools.cache
 def source_variants() -> tuple:
     """``(G, MT, RT, DEPTH, XS)`` tuples the source instantiates (its ``WB_W4MMA_VARIANTS`` list, and
-    ``WB_W4WIDE_VARIANTS`` with ``XS = WIDE + WS``), read from ``csrc/w4a16_mma.cu`` without compiling it."""
-    return _listed("WB_W4MMA_VARIANTS") + tuple(v[:4] + (WIDE + v[4],) for v in _listed("WB_W4WIDE_VARIANTS"))
+    ``WB_W4WIDE_VARIANTS`` with ``XS = WIDE + WS``, and ``WB_W4WG_VARIANTS``, which only a library built for
+    sm_90a holds: :func:`build`), read from ``csrc/w4a16_mma.cu`` without compiling it."""
+    wide = _listed("WB_W4WIDE_VARIANTS") + _listed("WB_W4WG_VARIANTS")
+    return _listed("WB_W4MMA_VARIANTS") + tuple(v[:4] + (WIDE + v[4],) for v in wide)
 
 
 def _tuples(listing: bytes) -> tuple:
@@ -248,7 +267,7 @@ def _listed(macro: str) -> tuple:
 
     txt = SRC.read_text()
     body = txt[txt.index(f"#define {macro}"):]
-    body = body[:body.index("\n\n")]
+    body = body[:min(body.index("\n\n"), body.find("\n#") % len(body))]  # to a blank line or the next directive
     return tuple(tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
 
 
