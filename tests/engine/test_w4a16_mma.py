@@ -312,7 +312,7 @@ def test_wg_kernel_stage_layout_is_what_its_descriptors_read(group, mt, m):
 
 
 def _split_workspace_map(m, n, rt, w, split, tc):
-    # the fixup's float4 index of (split u, column tile b, accumulator float4 j, thread tid), as both kernels
+    # the fixup's float4 index of (split u, column tile b, accumulator float4 j, thread tid), as each kernel
     # compute it: mine = ws4 + b * (RT MT) * blockDim + tid, then + u * ustep + j * blockDim
     mt = mm.m_tiles(m)
     per = (2 * rt) * (mt // 2) if tc else rt * mt  # NT * M16 (TC) or RT * MT (wide) float4 per thread

@@ -267,7 +267,7 @@ def _listed(macro: str) -> tuple:
 
     txt = SRC.read_text()
     body = txt[txt.index(f"#define {macro}"):]
-    body = body[:min(body.index("\n\n"), body.find("\n#") % len(body))]  # to a blank line or the next directive
+    body = re.split(r"\n\n|\n#", body, maxsplit=1)[0]  # to a blank line or the next preprocessor directive
     return tuple(tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
 
 
@@ -300,10 +300,10 @@ def m_tiles(m: int) -> int:
 
 
 def split_workspace_floats(m: int, n: int, rt: int, w: int, split: int) -> int:
-    """float32 elements of a split wide / TC launch's workspace: ``split`` partials of ``Mpad x Npad``, ``Mpad = 8
+    """float32 elements of a split wide / TC / WG launch's workspace: ``split`` partials of ``Mpad x Npad``, ``Mpad = 8
     m_tiles(m)`` rows and ``Npad`` = the launch's column tiles (``16 RT W`` columns each) times their width. Each
     thread of column tile ``b`` stores its ``4 RT MT`` accumulators as float4 ``j`` at ``((u tiles + b) RT MT + j)
-    blockDim + threadIdx`` of split ``u`` (``mine + sp * ustep + ...`` in both kernels' fixup), which covers exactly
+    blockDim + threadIdx`` of split ``u`` (``mine + sp * ustep + ...`` in each kernel's fixup), which covers exactly
     this many floats (``tests/engine/test_w4a16_mma.py`` checks the map). Raises ``ValueError`` for ``m`` outside
     1..64 (:func:`m_tiles`)."""
     width = 16 * rt * w
@@ -405,8 +405,8 @@ def gemm(x: torch.Tensor, qw: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gr
     int32 from :func:`~workbench.kernels.int4_layout.pack_int4_gemv`; ``s``, ``z`` (scale, integer zero)
     ``[K // group, n]`` in x's dtype, contiguous; ``residual`` ``[M, n]`` in x's dtype or None; ``cfg = (RT, DEPTH,
     XS, KS)``, or ``(RT, DEPTH, WIDE, W, SPLIT)`` for the wide kernel (default: tuned for this call, else
-    :func:`default_cfg`). A split wide launch takes a float32 workspace (:func:`split_workspace_floats`) from torch's allocator and
-    the device's counters (:func:`_sem`): one stream at a time per device. Returns ``[M, n]`` (``[M, n // 2]`` for
+    :func:`default_cfg`). A split wide launch takes a float32 workspace (:func:`split_workspace_floats`) from
+    torch's allocator and the device's counters (:func:`_sem`): one stream at a time per device. Returns ``[M, n]`` (``[M, n // 2]`` for
     "swiglu") in x's dtype (or fills ``out``). Raises ``ValueError`` on arguments it does not take (an unknown
     ``act``, "swiglu" with a residual) and ``RuntimeError`` when the library is unavailable or the launch fails."""
     if x.dim() != 2 or x.dtype not in _MAGIC:
