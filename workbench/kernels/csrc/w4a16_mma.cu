@@ -682,6 +682,46 @@ struct WideTile {
   static constexpr int TILE = 8 * MT * XROW;
 };
 
+// The split-K fixup of the wide, TC and WG kernels (S = gridDim.y > 1; the stream-K "fixup" of Osama et al. 2023,
+// arXiv 2301.03598, in its serial, deterministic form). acc is the thread's NV float4s of float32 partials (any
+// [a][b][4] or [a][4 b] accumulator array, flattened). Each CTA stores them in thread order, [S][tiles][NV][blockDim]
+// float4 (coalesced 16-byte stores and loads, no bounds: a split launch's workspace is S x Npad x Mpad floats,
+// mm.split_workspace_floats), then counts itself in at its column tile's counter sem[blockIdx.x]; the CTA that
+// arrives last sums the S partials into acc in the order u = 0 .. S - 1 (its own read back, so the result does not
+// depend on which CTA came last), with every load of a round in flight. Returns whether this CTA was the last (the
+// others return without storing); the kernel's last CTA then resets sem[blockIdx.x] after its stores, for the next
+// launch, whose CTAs reach it only after griddepcontrol.wait. last: a __shared__ int of the kernel. An earlier form summed element
+// by element, one dependent L2 load a step: o at 64 rows took 88 us at S = 8 against 66 unsplit
+// (benchmarks/results/h200_2026-12-04c/occ_layers.json), 16 us after (h200_2026-12-04d/fix_layers.json).
+template <int NV>
+__device__ __forceinline__ bool split_fixup(float (&acc)[4 * NV], float* __restrict__ ws, int* __restrict__ sem,
+                                            int& last) {
+  const int S = gridDim.y, sp = blockIdx.y;
+  float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * NV * blockDim.x + threadIdx.x;
+  const size_t ustep = (size_t)gridDim.x * NV * blockDim.x;
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    __stcg(mine + sp * ustep + j * blockDim.x, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+#pragma unroll
+  for (int i = 0; i < 4 * NV; ++i) acc[i] = 0.0f;
+  for (int u = 0; u < S; ++u)
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const float4 v = __ldcg(mine + u * ustep + j * blockDim.x);
+      acc[4 * j] += v.x;
+      acc[4 * j + 1] += v.y;
+      acc[4 * j + 2] += v.z;
+      acc[4 * j + 3] += v.w;
+    }
+  return true;
+}
+
 // The wide kernel (XS = 3 in the variant list), for 9..64 rows: the CTA's W warps take W adjacent tiles of 16 RT
 // weight rows (N), and all of them read one shared copy of the activations, staged group by group into shared
 // memory by cp.async (DEPTH groups in flight, the weights in a register ring beside them). The split kernels above
@@ -844,41 +884,7 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
       if (m < M && n < N) store(m, n, y[i]);
     }
   };
-  // split K (S > 1): partials in thread order, [S][tiles][RT MT][blockDim] float4, summed in split order by the
-  // last CTA to arrive (see the TC kernel)
-  if (S > 1) {
-    float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * RT * MT * blockDim.x + threadIdx.x;
-    const size_t ustep = (size_t)gridDim.x * RT * MT * blockDim.x;
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        __stcg(mine + sp * ustep + (r * MT + mt) * blockDim.x,
-               make_float4(acc[r][mt][0], acc[r][mt][1], acc[r][mt][2], acc[r][mt][3]));
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.0f;
-    for (int u = 0; u < S; ++u)
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const float4 v = __ldcg(mine + u * ustep + (r * MT + mt) * blockDim.x);
-          acc[r][mt][0] += v.x;
-          acc[r][mt][1] += v.y;
-          acc[r][mt][2] += v.z;
-          acc[r][mt][3] += v.w;
-        }
-  }
+  if (S > 1 && !split_fixup<RT * MT>(reinterpret_cast<float(&)[4 * RT * MT]>(acc), ws, sem, last)) return;
 #pragma unroll
   for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -1102,43 +1108,7 @@ __global__ void __launch_bounds__(OCC ? 128 : 256, OCC ? OCC : 1) w4a16_tc_kerne
         if (m < M && n < N) store(m, n, y[h][i]);
       }
   };
-  // split K (S > 1): each CTA stores its float32 partials in its own thread order, [S][tiles][NT M16][blockDim]
-  // float4 (coalesced 16-byte stores and loads, no bounds: a split launch's workspace is S x Npad x Mpad floats,
-  // mm.split_workspace_floats); the last CTA of the tile to arrive sums the S partials in the order u = 0 .. S - 1
-  // (its own read back: the result does not depend on which CTA came last) with every load of a round in flight
-  if (S > 1) {
-    float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * NT * M16 * blockDim.x + threadIdx.x;
-    const size_t ustep = (size_t)gridDim.x * NT * M16 * blockDim.x;
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int mt = 0; mt < M16; ++mt)
-        __stcg(mine + sp * ustep + (t * M16 + mt) * blockDim.x,
-               make_float4(acc[t][mt][0], acc[t][mt][1], acc[t][mt][2], acc[t][mt][3]));
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int mt = 0; mt < M16; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[t][mt][i] = 0.0f;
-    for (int u = 0; u < S; ++u)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int mt = 0; mt < M16; ++mt) {
-          const float4 v = __ldcg(mine + u * ustep + (t * M16 + mt) * blockDim.x);
-          acc[t][mt][0] += v.x;
-          acc[t][mt][1] += v.y;
-          acc[t][mt][2] += v.z;
-          acc[t][mt][3] += v.w;
-        }
-  }
+  if (S > 1 && !split_fixup<NT * M16>(reinterpret_cast<float(&)[4 * NT * M16]>(acc), ws, sem, last)) return;
 #pragma unroll
   for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -1406,39 +1376,7 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
     if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
     out[(size_t)m * N + n] = D::from_f(y);
   };
-  // split K (S > 1): partials in thread order, [S][tiles][RT MT][blockDim] float4 (NF = 4 MT floats a tile), summed
-  // in split order by the last CTA to arrive (see the TC kernel)
-  if (S > 1) {
-    float4* const mine = reinterpret_cast<float4*>(ws) + (size_t)blockIdx.x * RT * MT * blockDim.x + threadIdx.x;
-    const size_t ustep = (size_t)gridDim.x * RT * MT * blockDim.x;
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-        __stcg(mine + sp * ustep + (r * MT + j) * blockDim.x,
-               make_float4(acc[r][4 * j], acc[r][4 * j + 1], acc[r][4 * j + 2], acc[r][4 * j + 3]));
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(sem + blockIdx.x, 1) == S - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int i = 0; i < NF; ++i) acc[r][i] = 0.0f;
-    for (int u = 0; u < S; ++u)
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int j = 0; j < MT; ++j) {
-          const float4 v = __ldcg(mine + u * ustep + (r * MT + j) * blockDim.x);
-          acc[r][4 * j] += v.x;
-          acc[r][4 * j + 1] += v.y;
-          acc[r][4 * j + 2] += v.z;
-          acc[r][4 * j + 3] += v.w;
-        }
-  }
+  if (S > 1 && !split_fixup<RT * MT>(reinterpret_cast<float(&)[RT * NF]>(acc), ws, sem, last)) return;
   // d[4 j + 2 h + e]: x row m = 8 j + 2 tig + e, (virtual) weight row cbase + 64 r + 16 q + 8 h + gid
 #pragma unroll
   for (int r = 0; r < RT; ++r) {
