@@ -68,7 +68,12 @@ is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut dow
   canonical no-swizzle K-major layout (the CPU test checks the copy map against the descriptor's addressing), two
   register batches of A so the tensor cores run one while the warps dequantize the next. Correct on the H200 (129
   cases), but 1.04-1.36x slower than the TC kernel in every Qwen2-7B shape (ncu on gate_up at 64 rows: 255
-  registers, 12.5% occupancy, long-scoreboard stalls first; ``benchmarks/results/h200_2026-12-04d/``).
+  registers and 76 bytes of spills, 12.5% occupancy, long-scoreboard stalls first;
+  ``benchmarks/results/h200_2026-12-04d/``). With bit :data:`WIDE_WG_WR` its weights go through a per-lane
+  ``cp.async`` ring in shared memory instead of a register ring (8 RT word registers held instead of 8 RT DEPTH)
+  and a group runs as four batches instead of two: ptxas gives 98 / 177 / 126 / 227 registers at (MT, RT) = (4, 1)
+  / (4, 2) / (8, 1) / (8, 2), no spills, against 128 / 255 / 156 / 255 (``benchmarks/results/cpu_2026-12-04e/``).
+  Compiled on the CPU only: not yet run on a GPU.
 * **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
   and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
   fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
@@ -118,6 +123,7 @@ WIDE_TC = 4  # XS - WIDE bit 2: the TC kernel (activations as the MMA's A operan
 # tc2_layers.json); they stay as configurations the tuner times.
 TC_WARPS = (2, 3, 6)
 WIDE_WG = 16  # XS - WIDE bit 4 (WS = 18, with the prescaled bit): the WG kernel (wgmma, sm_90a, opt-in: _arch_flags)
+WIDE_WG_WR = 32  # XS - WIDE bit 5 (WS = 50, with the WG and prescaled bits): the WG kernel, weights through shared memory
 WIDE_TC_OCC = 8  # XS - WIDE bit 3 (with bit 2): the TC kernel under 128-thread launch bounds, 3 CTAs an SM (W <= 4)
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)

@@ -1205,13 +1205,21 @@ __device__ __forceinline__ void wg_pin(float (&d)[NF]) {  // keep the compiler o
 // tile of each group by cp.async into the core-matrix layout above, DEPTH - 2 groups ahead. Each warp dequantizes
 // its 16 rows of each tile into A fragments (lane (gid, tig) holds rows 16 q + gid (h = 0) and + 8 (h = 1), the TC
 // kernel's pair / nibble map: a0 = (h 0, k-half 0), a1 = (h 1, 0), a2 = (h 0, 1), a3 = (h 1, 1)), a batch of KB / 2
-// k-blocks at a time (two batches a group) into one of two register buffers, then fences,
+// k-blocks at a time (NB = 2 batches a group; 4 with WR) into one of two register buffers, then fences,
 // issues the batch's wgmmas and commits them. Before each batch it waits for all but the latest commit (so the
 // tensor cores run batch i - 1 while the warp dequantizes batch i); the refill at a group's first batch overwrites
 // the stage of group grp - 2, which that wait and the CTA barrier have retired in every warp. Split K, the fixup
 // (thread order, RT MT float4 a thread) and the SwiGLU / residual epilogues as in the wide kernel (act: h = 0 the
 // gate, h = 1 the up of output column ((cbase + 64 r + 16 q) / 16) * 8 + gid, wrow's mapping).
-template <bool BF16, int G, int MT, int RT, int DEPTH>
+// WR (WS bit 5, WS = 50): the weights through a shared-memory ring instead of a DEPTH-group register ring, as the TC
+// kernel's WR: after the DEPTH x stages, [DEPTH][warps][RT][2][P][32 lanes] 8-byte pieces, each lane's own (it
+// copies them by cp.async and reads them back itself, so its cp.async wait is the only ordering needed), read into
+// registers at the top of the group, before its first batch: 8 RT registers of words held instead of 8 RT DEPTH;
+// and its groups run as NB = 4 batches (see NB).
+// The register ring costs 32 RT registers at DEPTH = 4, and at MT = 8, RT = 2 the kernel is at 255 registers with 76
+// bytes of spills (ptxas, benchmarks/results/h200_2026-12-04d/logs/ptxas_wg3.log.gz), the configuration ncu found
+// long-scoreboard-bound.
+template <bool BF16, int G, int MT, int RT, int DEPTH, bool WR = false>
 __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restrict__ x, int sx,
                                                        const uint32_t* __restrict__ qw,
                                                        const uint16_t* __restrict__ s,
@@ -1224,8 +1232,11 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
   constexpr int NX = 8 * MT, NF = NX / 2, P = G / 64, KB = G / 16, CPR = G / 8;
   // wgmma batches a group, k-blocks a batch. NB = 1 at RT = 1 (one batch a group, the buffer alternating group by
   // group) gave wrong results in the GPU check (benchmarks/results/h200_2026-12-04d/wg2_check.json: every RT = 1
-  // configuration from 20 rows, and from 9 rows with 4+ splits; cause not found), NB = 2 was correct in every case
-  constexpr int NB = 2, KBB = KB / NB;
+  // configuration from 20 rows, and from 9 rows with 4+ splits; cause not found), NB = 2 was correct in every case.
+  // WR: NB = 4, half the A fragments held (ptxas at G = 128, DEPTH = 4, registers a thread for MT, RT = 4, 1 / 4, 2 /
+  // 8, 1 / 8, 2: NB = 2 without WR 128 / 255 / 156 / 255 + 76 bytes of spills; NB = 4 with WR 98 / 177 / 126 / 227)
+  constexpr int NB = WR ? 4 : 2, KBB = KB / NB;
+  static_assert(KB % NB == 0, "WG: a group's k-blocks split evenly into NB batches");
   static_assert(DEPTH >= 3, "WG: prefetch distance DEPTH - 2");
   constexpr int TILE = NX * G;                   // elements of one stage
   constexpr uint32_t LBO = 128, SBO = 16u * G;   // bytes
@@ -1259,8 +1270,13 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
       }
     }
   };
-  uint32_t wr[DEPTH][RT][2][2 * P];
+  uint32_t wr[WR ? 1 : DEPTH][RT][2][2 * P];  // WR: the group being computed
   uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
+  // WR: this lane's piece (slot, r, h, p) of the weight ring, a shared-memory byte address
+  const uint32_t wsm0 = xs0 + (uint32_t)(DEPTH * TILE * 2) + 8u * (uint32_t)(warp * RT * 2 * P * 32 + lane);
+  auto wpiece = [&](int slot, int r, int h, int p) {
+    return wsm0 + 8u * (uint32_t)(((slot * nw * RT + r) * 2 + h) * P * 32 + p * 32);
+  };
   auto load_w = [&](int slot, int grp) {
 #pragma unroll
     for (int r = 0; r < RT; ++r)
@@ -1268,10 +1284,15 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-          uint32_t v[2];
-          ld_words<2>(v, wp[r][h] + grp * group_words<G>() + 8 * p);
-          wr[slot][r][h][2 * p] = v[0];
-          wr[slot][r][h][2 * p + 1] = v[1];
+          const uint32_t* src = wp[r][h] + grp * group_words<G>() + 8 * p;
+          if constexpr (WR) {
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(wpiece(slot, r, h, p)), "l"(src) : "memory");
+          } else {
+            uint32_t v[2];
+            ld_words<2>(v, src);
+            wr[slot][r][h][2 * p] = v[0];
+            wr[slot][r][h][2 * p + 1] = v[1];
+          }
         }
         sr[slot][r][h] = __ldg(s + (size_t)grp * N + rows[r][h]);
         zr[slot][r][h] = __ldg(z + (size_t)grp * N + rows[r][h]);
@@ -1301,6 +1322,18 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
     for (int d = 0; d < DEPTH; ++d) {
       const int grp = base + d;
       if (grp < g1) {  // the same for every thread of the CTA
+        if constexpr (WR) {  // this group's weights: this thread's own copies of commit group grp have landed
+          cp_async_wait<DEPTH - 3>();
+#pragma unroll
+          for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int p = 0; p < P; ++p)
+                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
+                             : "=r"(wr[0][r][h][2 * p]), "=r"(wr[0][r][h][2 * p + 1])
+                             : "r"(wpiece(d, r, h, p)));
+        }
         uint32_t c[RT][2], sc[RT][2];
 #pragma unroll
         for (int r = 0; r < RT; ++r)
@@ -1313,7 +1346,7 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
         const uint32_t sbase = xs0 + (uint32_t)(d * TILE * 2);
 #pragma unroll
         for (int j = 0; j < NB; ++j) {
-          const int b = j;  // alternates batch to batch
+          const int b = j & 1;  // alternates batch to batch
           wg_wait<1>();  // the batch before last is done: buffer b is free (and, at j = 0, group grp - 2's stage)
 #pragma unroll
           for (int r = 0; r < RT; ++r) wg_pin(acc[r]);
@@ -1336,14 +1369,14 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
                 const uint32_t sel = (i >> 1) * 0x1111 + 0x4400;  // bytes [w0.B, w0.B, w1.B, w1.B], B = i / 2
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                  uint32_t tt = prmt(wr[d][r][h][2 * p], wr[d][r][h][2 * p + 1], sel);
+                  uint32_t tt = prmt(wr[WR ? 0 : d][r][h][2 * p], wr[WR ? 0 : d][r][h][2 * p + 1], sel);
                   if (i & 1) tt >>= 4;
                   a[b][kk][r][2 * hk + h] = D::mul2(D::sub2(nib2<D::MAGIC>(tt), c[r][h]), sc[r][h]);
                 }
               }
           }
           if (j == 0) {
-            cp_async_wait<DEPTH - 3>();  // this thread's copies of group grp have landed
+            if constexpr (!WR) cp_async_wait<DEPTH - 3>();  // this thread's copies of group grp have landed
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the tensor cores
             __syncthreads();  // everyone's have; every warp has retired group grp - 2's wgmmas
             const int nxt = grp + DEPTH - 2, slot = (d + DEPTH - 2) % DEPTH;
@@ -1431,7 +1464,7 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   cfg.gridDim = dim3(tiles, split);
   cfg.blockDim = dim3(32 * w);
   cfg.dynamicSmemBytes =
-      (WS & 16) ? (size_t)DEPTH * 8 * MT * G * 2
+      (WS & 16) ? (size_t)DEPTH * 8 * MT * G * 2 + ((WS & 32) ? (size_t)DEPTH * w * RT * 2 * (G / 64) * 256 : 0)
       : (WS & 4) ? (size_t)DEPTH * TcTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)DEPTH * w * 2 * RT * (G / 64) * 256 : 0)
                  : (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
   cfg.stream = stream;
@@ -1453,9 +1486,9 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
     return (int)e;
   };
   if constexpr ((WS & 16) != 0) {  // the WG kernel (prescaled arithmetic; warpgroups of 4 warps)
-    static_assert(WS == 18 && MT >= 2, "WG variants: WS = 18, MT = 2, 4 or 8");
+    static_assert((WS == 18 || WS == 50) && MT >= 2, "WG variants: WS = 18 or 50 (WR), MT = 2, 4 or 8");
     if (w != 4 && w != 8) return (int)cudaErrorInvalidValue;
-    return go(w4a16_wg_kernel<BF16, G, MT, RT, DEPTH>);
+    return go(w4a16_wg_kernel<BF16, G, MT, RT, DEPTH, (WS & 32) != 0>);
   } else if constexpr ((WS & 4) != 0) {  // the TC kernel (prescaled arithmetic only)
     static_assert((WS & 2) && MT % 2 == 0, "TC variants: WS = 6 (register ring) or 7 (shared-memory ring), MT = 4 or 8");
     if ((WS & 8) && w > 4) return (int)cudaErrorInvalidValue;  // OCC: 128-thread launch bounds
@@ -1656,10 +1689,12 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
 // 8, 2, 3, 15) at W = 4 takes 75 KB of shared memory, two CTAs an SM, and was kept because it timed fastest on
 // Llama-3-8B's gate_up at 64 rows among the TC configurations, benchmarks/results/h200_2026-12-04c/occ_layers.json);
 // the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
-// WS = 18 (bit 4, with bit 1: prescaled): the WG kernel, in a library built for sm_90a with -DWB_WGMMA only
+// WS = 18 (bit 4, with bit 1: prescaled): the WG kernel, in a library built for sm_90a with -DWB_WGMMA only; WS = 50
+// (bit 5 with them): its weights through a shared-memory ring (WR)
 #if defined(WB_WGMMA)
 #define WB_W4WG_VARIANTS(X)                                                                                   \
-  X(128, 2, 1, 4, 18) X(128, 4, 1, 4, 18) X(128, 4, 2, 4, 18) X(128, 8, 1, 4, 18) X(128, 8, 2, 4, 18)
+  X(128, 2, 1, 4, 18) X(128, 4, 1, 4, 18) X(128, 4, 2, 4, 18) X(128, 8, 1, 4, 18) X(128, 8, 2, 4, 18)          \
+  X(128, 4, 1, 4, 50) X(128, 4, 2, 4, 50) X(128, 8, 1, 4, 50) X(128, 8, 2, 4, 50)
 #else
 #define WB_W4WG_VARIANTS(X)
 #endif
