@@ -131,6 +131,16 @@ __host__ __device__ constexpr int group_words() {  // word stride of one group a
   return WB_TILED ? 16 * (G / 8) : G / 8;
 }
 
+// Programmatic dependent launch (Hopper, PTX ISA griddepcontrol): let the stream's next kernel start launching,
+// then wait until the previous kernel has finished and its writes are visible. Every kernel here calls it after
+// loading what needs no predecessor (weights, scales) and before its first read of x and its first write.
+__device__ __forceinline__ void pdl_launch_then_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // WPL consecutive 32-bit words, streamed (weights are read once per step: keep them out of L1)
 template <int WPL>
 __device__ __forceinline__ void ld_words(uint32_t (&w)[WPL], const uint32_t* p) {
@@ -510,10 +520,7 @@ __global__ void __launch_bounds__(32 * KsMax<MT, RT>::value) w4a16_mma_kernel(co
   for (int d = 0; d < DEPTH - 1; ++d)
     if (g0 + d < g1) load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
   // programmatic dependent launch: weights need no predecessor; x and every write come after the wait
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_launch_then_wait();
 #pragma unroll
   for (int d = 0; d < DEPTH - 1; ++d)
     if (g0 + d < g1) load_x(ring[d], x, sx, M, g0 + d, gid, tig);
@@ -617,10 +624,7 @@ __global__ void WB_RING_BOUNDS(32 * KsMaxAsync<MT, RT>::value) w4a16_mma_async_k
     load_sz(sr[d], zr[d], g0 + d);
     cp_async_commit();
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_launch_then_wait();
   // two stages, alternating (the loop body is unrolled over 2 DEPTH groups so that the stage of each is known at
   // compile time): group grp computes from cur[grp % 2] while the next group's activations load into the other
   Stage<G, MT, RT, true> cur[2];
@@ -690,8 +694,8 @@ struct WideTile {
 // arrives last sums the S partials into acc in the order u = 0 .. S - 1 (its own read back, so the result does not
 // depend on which CTA came last), with every load of a round in flight. Returns whether this CTA was the last (the
 // others return without storing); the kernel's last CTA then resets sem[blockIdx.x] after its stores, for the next
-// launch, whose CTAs reach it only after griddepcontrol.wait. last: a __shared__ int of the kernel. An earlier form summed element
-// by element, one dependent L2 load a step: o at 64 rows took 88 us at S = 8 against 66 unsplit
+// launch, whose CTAs reach it only after griddepcontrol.wait. last: a __shared__ int of the kernel. An earlier form
+// summed element by element, one dependent L2 load a step: o at 64 rows took 88 us at S = 8 against 66 unsplit
 // (benchmarks/results/h200_2026-12-04c/occ_layers.json), 16 us after (h200_2026-12-04d/fix_layers.json).
 template <int NV>
 __device__ __forceinline__ bool split_fixup(float (&acc)[4 * NV], float* __restrict__ ws, int* __restrict__ sem,
@@ -801,10 +805,7 @@ __global__ void __launch_bounds__(256) w4a16_wide_kernel(const uint16_t* __restr
         load_w<BF16>(ring[d], qw, s, z, rows, g0 + d, N, KW, tig);
       }
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_launch_then_wait();
 #pragma unroll
   for (int d = 0; d < DEPTH - 1; ++d) {
     if (g0 + d < g1) issue_x(d, g0 + d);
@@ -1009,10 +1010,7 @@ __global__ void __launch_bounds__(OCC ? 128 : 256, OCC ? OCC : 1) w4a16_tc_kerne
 #pragma unroll
   for (int d = 0; d < DEPTH - 1; ++d)
     if (g0 + d < g1) load_w(d, g0 + d);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_launch_then_wait();
 #pragma unroll
   for (int d = 0; d < DEPTH - 1; ++d) {
     if (g0 + d < g1) issue_x(d, g0 + d);
@@ -1303,8 +1301,7 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
 #pragma unroll
   for (int d = 0; d < DEPTH - 2; ++d)
     if (g0 + d < g1) load_w(d, g0 + d);
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_launch_then_wait();
 #pragma unroll
   for (int d = 0; d < DEPTH - 2; ++d) {
     if (g0 + d < g1) issue_x(d, g0 + d);
@@ -1546,10 +1543,7 @@ __global__ void WB_RING_BOUNDS(32 * KsMax<MT, 1>::value) dense_mma_kernel(const 
     if (g0 + d < g1) issue(d, g0 + d);
     cp_async_commit();
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_launch_then_wait();
   uint4 cur[MT][CH], nx[MT][CH];
   if (g0 < g1) load_x(cur, g0);
   float acc[1][MT][4];
