@@ -1329,7 +1329,8 @@ __global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restric
               for (int p = 0; p < P; ++p)
                 asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
                              : "=r"(wr[0][r][h][2 * p]), "=r"(wr[0][r][h][2 * p + 1])
-                             : "r"(wpiece(d, r, h, p)));
+                             : "r"(wpiece(d, r, h, p))
+                             : "memory");  // after the wait, explicitly (not only as volatile asms in order)
         }
         uint32_t c[RT][2], sc[RT][2];
 #pragma unroll
