@@ -198,7 +198,7 @@ def test_quality_entry_points_refuse_random_weights():
 
     from workbench.eval.fidelity import run_fidelity
     from workbench.eval.mmlu import run_mmlu
-    from workbench.quant.sweep import run_quant_point
+    from workbench.studies.quant_sweep import run_quant_point
     from workbench.spec import SpecConfig, run_spec
 
     m, tok = _random_tiny(), random_init.byte_tokenizer()

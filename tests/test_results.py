@@ -74,6 +74,9 @@ def test_points_on_other_weights_are_recomputed_and_kept(tmp_path):
     ({"data": {"text": "my own text"}}, True),
     ({"device": "NVIDIA H200"}, True),
     ({"workbench": "0.2.0"}, True),
+    # the engine and its kernel settings: a timing made with another kernel set is never reused
+    ({"engine": {"name": "workbench", "engine_config": {"disabled_kernels": ["cpu_int4pack"]}}}, True),
+    ({"engine": {"name": "vllm", "version": "0.32.0"}}, True),
     ({"model": {"source": "gguf", "path": "/models/m.gguf", "sha256": "a" * 64, "dtype": "bfloat16"}}, True),
     ({"seed": 7, "git_commit": "other", "config": {"note": "x"}}, False),  # not part of a point's identity
 ])

@@ -13,14 +13,15 @@ Notebooks read ``WB_DEVICE`` (``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``; defaul
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 
 import torch
 
-from workbench.pd.hardware import HardwareSpec
 from workbench.registry import Registry
 
-__all__ = ["DTYPES", "default_dtype", "describe", "dtype_name", "floors_line", "from_env", "resolve",
-           "resolve_device", "resolve_dtype"]
+__all__ = ["DTYPES", "CPUClock", "Placement", "clock_for", "default_dtype", "describe", "dtype_name", "from_env",
+           "resolve", "resolve_device", "resolve_dtype"]
 
 DTYPES: Registry[torch.dtype] = Registry("dtype", {
     "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -108,9 +109,69 @@ def describe(device: str | torch.device, dtype: torch.dtype | None = None) -> st
     return f"device: {where}" + (f", dtype {dtype_name(dtype)}" if dtype is not None else "")
 
 
-def floors_line(device: str | torch.device, **measure_kw) -> str:
-    """One line with the floors measured now on ``device`` by
-    :meth:`workbench.pd.hardware.HardwareSpec.measure` (copy bandwidth, matmul rate)."""
-    hw = HardwareSpec.measure(torch.device(device), **measure_kw)
-    return (f"floors on {hw.name}: copy bandwidth {hw.hbm_gbs:.1f} GB/s (read + write), matmul "
-            f"{hw.matmul_flops / 1e12:.2f} TFLOP/s {hw.flops_dtype} ({hw.source})")
+class CPUClock:
+    """A virtual clock for a shared CPU: this process's CPU time (``time.process_time``, s) plus the
+    idle time the loop *would* have slept, which it adds instead of sleeping.
+
+    On a machine where other processes take turns on the cores, wall-clock step times measure the
+    scheduler; CPU time measures the work (with one torch thread, the step's compute). The serving
+    loop then runs in the virtual time a dedicated core would have given it. Use on CPU only: a GPU
+    step's time is not this process's CPU time.
+    """
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.process_time() + self.offset
+
+    def sleep(self, dt: float) -> None:
+        self.offset += max(0.0, dt)
+
+
+def clock_for(device) -> tuple:
+    """``(clock, sleep)`` to time steps on ``device`` (a ``torch.device`` or its name): on the CPU a
+    :class:`CPUClock` and its ``sleep`` (this process's CPU time: robust to other jobs on a shared
+    machine); elsewhere wall time, ``(time.perf_counter, time.sleep)``: a GPU step's time is not this
+    process's CPU time (the profile and the loop synchronize the device before reading the clock)."""
+    if str(device).startswith("cpu"):
+        c = CPUClock()
+        return c, c.sleep
+    return time.perf_counter, time.sleep
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a study runs: ``device``, ``dtype`` and torch ``threads`` (``None``: torch's default), resolved
+    once per notebook or study by :meth:`resolve`; :meth:`clock` gives the matching step clock."""
+
+    device: torch.device
+    dtype: torch.dtype
+    threads: int | None = None
+
+    @classmethod
+    def resolve(cls, device="auto", dtype="auto", threads: int | None = None) -> Placement:
+        """:func:`resolve` of ``device`` and ``dtype``; ``threads`` (>= 1) is applied with
+        ``torch.set_num_threads``. Raises ``ValueError`` as :func:`resolve` does, or for ``threads < 1``."""
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads={threads!r} must be an integer >= 1 or None (torch's default)")
+        dev, dt = resolve(device, dtype)
+        if threads is not None:
+            torch.set_num_threads(threads)
+        return cls(dev, dt, threads)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def clock(self) -> tuple:
+        """``(clock, sleep)`` of :func:`clock_for` for this device (a fresh :class:`CPUClock` on the CPU)."""
+        return clock_for(self.device)
+
+    def describe(self) -> str:
+        """:func:`describe` of this placement."""
+        return describe(self.device, self.dtype)
+
+    def gpu_memory_gib(self) -> float:
+        """Total memory of the CUDA device in GiB (0 off CUDA)."""
+        return torch.cuda.get_device_properties(self.device).total_memory / 2**30 if self.cuda else 0.0

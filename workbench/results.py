@@ -14,7 +14,8 @@ Point key (:func:`sweep`). A point is identified by ``point_key``, a digest of t
 ``config_key`` (the config as sorted JSON), ``model_key`` (digest of ``provenance["model"]`` without
 the fields in :data:`VOLATILE_MODEL_FIELDS`: source, model id or path, revision or sha256, dtype, and
 the ``weights_digest`` that :func:`collect_provenance` adds), ``data_key`` (digest of
-``provenance["data"]``), ``device_name`` and ``workbench_version``. A point is skipped only when its
+``provenance["data"]``), ``engine_key`` (digest of ``provenance["engine"]``: which engine ran the point and
+with which kernel settings), ``device_name`` and ``workbench_version``. A point is skipped only when its
 ``point_key`` is already stored; a point computed on other weights, data, device or workbench version
 is recomputed and both rows are kept. :func:`load_results` with ``provenance=`` (or :func:`select`)
 returns the rows of one identity::
@@ -69,7 +70,7 @@ __all__ = ["IDENTITY_COLUMNS", "STORE_COLUMNS", "VOLATILE_MODEL_FIELDS", "collec
 META_KEY = b"workbench.results"  # parquet key-value metadata entry holding {"format", "runs"}
 FORMAT = 2
 # identity of a point besides its config; a reader filters on these to get one model's rows
-IDENTITY_COLUMNS = ("model_key", "data_key", "device_name", "workbench_version")
+IDENTITY_COLUMNS = ("model_key", "data_key", "engine_key", "device_name", "workbench_version")
 # columns the store adds to every sweep row (a run function must not return them)
 STORE_COLUMNS = ("run_id", "point_key", "config_key", *IDENTITY_COLUMNS)
 # provenance_of fields that say where a copy lives or describe it, not which weights it holds
@@ -238,7 +239,9 @@ def collect_provenance(model=None, seed: int | None = None, config: Any = None, 
 def identity(provenance: dict) -> dict:
     """The identity columns (:data:`IDENTITY_COLUMNS`) of rows computed under ``provenance``:
     ``model_key`` and ``data_key`` (16-hex digests of ``provenance["model"]`` minus
-    :data:`VOLATILE_MODEL_FIELDS`, and of ``provenance["data"]``), ``device_name``, ``workbench_version``."""
+    :data:`VOLATILE_MODEL_FIELDS`, and of ``provenance["data"]``), ``engine_key`` (digest of
+    ``provenance["engine"]``: the backend and its kernel settings, :mod:`workbench.studies.engines`),
+    ``device_name``, ``workbench_version``."""
     import workbench
 
     def stable(x):
@@ -247,7 +250,7 @@ def identity(provenance: dict) -> dict:
         return x
 
     return {"model_key": _digest(stable(provenance.get("model"))), "data_key": _digest(provenance.get("data")),
-            "device_name": str(provenance.get("device") or _device_name()),
+            "engine_key": _digest(provenance.get("engine")), "device_name": str(provenance.get("device") or _device_name()),
             "workbench_version": str(provenance.get("workbench") or workbench.__version__)}
 
 

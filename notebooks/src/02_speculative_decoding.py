@@ -35,37 +35,27 @@
 # > (`verify_cost` column). On a GPU the verify step costs about one decode step.
 
 # %% tags=["parameters"]
-import os
+from workbench.params import env_list, env_str, study_size
 
-from workbench.spec import demo_grid
-
-SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
-MODEL = os.getenv("WB_MODEL", "smollm2-135m")
-DEVICE = os.getenv("WB_DEVICE", "auto")  # auto: CUDA when present, else CPU
-DTYPE = os.getenv("WB_DTYPE", "auto")  # auto: bfloat16 on CUDA, float32 on CPU
-FULL = os.getenv("WB_FULL", "0") not in ("", "0", "false", "False")  # full study: the "full" grid
-# a name in workbench.spec.SPEC_GRIDS; default "demo" on CUDA, "demo_cpu" on the CPU (k 1 and 4, 3 prompts, 8 tokens)
-GRID = os.getenv("WB_SPEC_GRID", "smoke" if SMOKE else "full" if FULL else demo_grid(DEVICE))
-N_PROMPTS = os.getenv("WB_N_PROMPTS")  # each of these, when set, overrides the grid's value
-MAX_NEW = os.getenv("WB_MAX_NEW")
-KS = os.getenv("WB_KS")  # comma list, e.g. "1,2,4"
-DRAFTS = os.getenv("WB_DRAFTS")  # comma list of make_draft names, e.g. "int4,distilled"
-DISTILL_STEPS = os.getenv("WB_DISTILL_STEPS")
-PROMPTS_PER_POINT = int(os.getenv("WB_PROMPTS_PER_POINT", 4))  # results-store point size (resume grain)
+SIZE = study_size()  # WB_SIZE: smoke | demo | full; the sizes: workbench.studies.spec.Config.from_name
+MODEL = env_str("WB_MODEL", "smollm2-135m")  # the target
+DEVICE = env_str("WB_DEVICE", "auto")  # auto: CUDA when present, else CPU
+DTYPE = env_str("WB_DTYPE", "auto")  # auto: bfloat16 on CUDA, float32 on CPU
+ENGINE = env_str("WB_ENGINE", "workbench", choices=("workbench", "vllm"))  # vllm: needs `make setup-vllm`
+GRID = env_str("WB_SPEC_GRID", None)  # a name in workbench.spec.SPEC_GRIDS (default: the size's)
+DRAFTS = env_list("WB_DRAFTS", None)  # make_draft names, e.g. int4,distilled,ngram (default: the grid's)
+KS = env_list("WB_KS", None, int)  # static k values, e.g. 1,2,4 (default: the grid's)
 
 # %%
-import time
-
-import torch
-from IPython.display import display
-
-from workbench.data import load_prompts, load_text
+import workbench.notebook as wbn
 from workbench.models import load_model
-from workbench.notebook import setup, table
-from workbench.spec import SpecGrid, encode_prompts, make_draft, plots, run_spec_sweep, summarize_spec, theory
+from workbench.spec import plots
 from workbench.spec.widgets import explorer
+from workbench.studies import spec
 
-setup()
+wbn.setup()
+cfg = spec.Config.from_name(SIZE, device=DEVICE, dtype=DTYPE, grid=GRID, drafts=DRAFTS, ks=KS)
+print(cfg, cfg.spec_grid(), sep="\n")
 
 # %% [markdown]
 # ## Target, prompts and drafts
@@ -78,28 +68,13 @@ setup()
 # checks the tokenizers).
 
 # %%
-grid = SpecGrid.from_name(GRID, n_prompts=int(N_PROMPTS) if N_PROMPTS else None,
-                          max_new_tokens=int(MAX_NEW) if MAX_NEW else None,
-                          ks=tuple(int(k) for k in KS.split(",")) if KS else None,
-                          drafts=tuple(DRAFTS.split(",")) if DRAFTS else None,
-                          distill_steps=int(DISTILL_STEPS) if DISTILL_STEPS else None)
-print(grid)
-
-# %%
-device = ("cuda" if torch.cuda.is_available() else "cpu") if DEVICE == "auto" else DEVICE
-dtype = ("bfloat16" if device.startswith("cuda") else "float32") if DTYPE == "auto" else DTYPE
-clock = time.perf_counter if device.startswith("cuda") else time.process_time  # wall on GPU, CPU time on CPU
-target, tok = load_model(MODEL, dtype=dtype, device=device)
-prompts = load_prompts("spec-bench", n=grid.n_prompts, seed=grid.seed)
-prompts = encode_prompts(tok, prompts, max_prompt_tokens=grid.max_prompt_tokens)
-text = load_text("wikitext-2", "valid")
-text = text[: grid.distill_chars] if grid.distill_chars else text
-distill_kw = {"steps": grid.distill_steps, "tokenizer": tok, "text": text, "seed": grid.seed,
-              "eval_every": max(1, grid.distill_steps // 10)}
-built = {name: make_draft(target, name, tok, distill_kwargs=distill_kw) for name in grid.drafts}
-print(f"target {MODEL} on {device} ({dtype}); grid {GRID}: {len(grid.configs())} configs x {len(built)} drafts "
-      f"x {len(prompts)} prompts")
-table(prompts, columns=["prompt_id", "category", "n_prompt"])
+target, tok = load_model(MODEL, dtype=cfg.dtype, device=cfg.device)
+res = spec.run(cfg, model=(target, tok), engine=ENGINE)
+df, summary, grid = res.runs, res.summary, cfg.spec_grid()
+print(f"target {MODEL} on {target.device}; {len(df)} runs; loop: {sorted(df.loop.unique())}")
+wbn.table(summary, columns=["draft", "temperature", "policy", "k", "n_prompts", "kl_pq", "alpha_pred", "alpha",
+                            "alpha_lo", "alpha_hi", "tau", "tau_lo", "tau_hi", "tau_theory", "c", "verify_cost",
+                            "speedup", "speedup_theory"])
 
 # %% [markdown]
 # ### Distillation: KL falls, acceptance rises
@@ -107,28 +82,16 @@ table(prompts, columns=["prompt_id", "category", "n_prompt"])
 # the argmaxes agree (the greedy acceptance rate).
 
 # %%
-if "distilled" in built:
-    curve = built["distilled"][1]["curve"]
-    plots.plot_distill(curve).show()
-    display(table(curve))
+if res.distill is not None:
+    plots.plot_distill(res.distill).show()
+wbn.table(res.distill) if res.distill is not None else "no distilled draft in this grid"
 
 # %% [markdown]
 # ## The grid
 # Static `k` over the grid's `ks`, plus the HF heuristic (+2 after a fully accepted step, −1 otherwise) and the
 # confidence policy (stop drafting when the draft's `q(x) < 0.4`) at `k_policy`, each at every temperature.
-# Everything is computed once and stored point by point in the results store (`data/results/`): re-running
-# this cell after an interruption computes only the missing points. The charts and sliders below only filter it.
-
-# %%
-name = f"nb02_{MODEL.replace('/', '_')}_{GRID}_{device.replace(':', '')}_{dtype}"
-t0 = time.perf_counter()
-df = run_spec_sweep(target, built, prompts, grid.configs(), name=name, prompts_per_point=PROMPTS_PER_POINT,
-                    clock=clock, seed=grid.seed)
-print(f"{len(df)} runs ({time.perf_counter() - t0:.0f} s now); loop: {sorted(df.loop.unique())}, device {device}")
-summary = summarize_spec(df)
-cols = ["draft", "temperature", "policy", "k", "n_prompts", "kl_pq", "alpha_pred", "alpha", "alpha_lo",
-        "alpha_hi", "tau", "tau_lo", "tau_hi", "tau_theory", "c", "verify_cost", "speedup", "speedup_theory"]
-table(summary, columns=cols)
+# `spec.run` (above) computed everything once and stored it point by point in the results store (`data/results/`):
+# re-running computes only the missing points. The charts and sliders below only filter it.
 
 # %% [markdown]
 # ## Tokens per step and acceptance by position
@@ -148,9 +111,9 @@ plots.plot_acceptance_per_pos(static_k).show()
 # trajectory — the diagonal is Leviathan et al.'s Corollary 3.6.
 
 # %%
-by_draft = summarize_spec(df[df.policy == "static"], by=("draft", "temperature"))
+by_draft = res.by_draft
 plots.plot_kl_alpha(by_draft).show()
-table(by_draft, columns=["draft", "temperature", "kl_pq", "kl_qp", "tv", "alpha_pred", "alpha", "alpha_lo", "alpha_hi"])
+wbn.table(by_draft, columns=["draft", "temperature", "kl_pq", "kl_qp", "tv", "alpha_pred", "alpha", "alpha_lo", "alpha_hi"])
 
 # %% [markdown]
 # ## Measured against theory, vs k
@@ -168,7 +131,7 @@ plots.plot_theory_vs_k(summary, "speedup", k_max=max(grid.ks) + 2).show()
 
 # %%
 plots.plot_policies(summary[summary.k == grid.k_policy]).show()
-table(summary[summary.k == grid.k_policy], columns=["draft", "temperature", "policy", "alpha", "tau",
+wbn.table(summary[summary.k == grid.k_policy], columns=["draft", "temperature", "policy", "alpha", "tau",
                                                    "draft_acceptance_rate", "speedup"])
 
 # %% [markdown]
@@ -177,7 +140,7 @@ table(summary[summary.k == grid.k_policy], columns=["draft", "temperature", "pol
 # speculate with this draft on this hardware.
 
 # %%
-table(theory.best_k_table(by_draft))
+wbn.table(res.best_k)
 
 # %% [markdown]
 # ## By Spec-Bench category
@@ -186,12 +149,11 @@ table(theory.best_k_table(by_draft))
 # category in this grid (see `n_prompts` above), so small differences between columns mean nothing.
 
 # %%
-by_cat = summarize_spec(df[df.policy == "static"], by=("draft", "temperature", "k", "category"))
-table(by_cat.pivot_table(index=["draft", "temperature", "k"], columns="category", values="tau"))
+wbn.table(res.by_category.pivot_table(index=["draft", "temperature", "k"], columns="category", values="tau"))
 
 # %% [markdown]
 # ## Sliders
 # Pick a draft, k, temperature and policy; the grid above is filtered (`continuous_update=False`).
 
 # %%
-display(explorer(df))
+explorer(df)

@@ -26,63 +26,31 @@
 # instance, after the KV transfer and the decode admission (as with vLLM's P/D proxies), so that is the TTFT here.
 
 # %% tags=["parameters"]
-import os
+from workbench.params import env_flag, env_str, study_size
 
-from workbench.pd.loop import demo_loop_requests
-
-SMOKE = os.getenv("WB_SMOKE", "0") not in ("", "0", "false", "False")
-MODEL = os.getenv("WB_MODEL", "smollm2-135m")  # profiled on this machine
-N_REQUESTS = int(os.getenv("WB_N_REQUESTS", 300 if SMOKE else 3000))  # per simulated point
-RATES = [float(r) for r in os.getenv("WB_RATES", "10,40,80" if SMOKE else
-                                     "5,10,20,30,40,50,60,70,80,90,100,120").split(",")]  # req/s
-PRESET_MODEL = os.getenv("WB_PRESET_MODEL", "qwen2-7b")  # qwen2-7b | llama-3-8b
-PRESET_HW = os.getenv("WB_PRESET_HW", "h200")  # a100-80g | h100-sxm | h200 | l40s | rtx-4090
-SLO_TTFT_MS = float(os.getenv("WB_SLO_TTFT_MS", 400))  # the "chat" SLO preset
-SLO_TPOT_MS = float(os.getenv("WB_SLO_TPOT_MS", 40))
-WORKLOADS = os.getenv("WB_WORKLOADS", "chat" if SMOKE else "chat,long-prompt").split(",")  # WORKLOAD_PRESETS
-RUN_REAL_LOOP = os.getenv("WB_RUN_REAL_LOOP", "1") == "1"
-DEVICE = os.getenv("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
-# real-loop requests; the demo: 24 on CUDA, 12 on the CPU
-LOOP_REQUESTS = int(os.getenv("WB_LOOP_REQUESTS", 4 if SMOKE else demo_loop_requests(DEVICE)))
-LOOP_RATE = float(os.getenv("WB_LOOP_RATE", 0.3))  # req/s on the CPU
-SEED = int(os.getenv("WB_SEED", 0))
-DTYPE = os.getenv("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU | float32 | bfloat16
-THREADS = int(os.getenv("WB_THREADS", 1))  # torch threads; 1 makes this process's CPU time the step's compute
+SIZE = study_size()  # WB_SIZE: smoke | demo | full; the sizes: workbench.studies.pd.Config.from_name
+MODEL = env_str("WB_MODEL", "smollm2-135m")  # profiled on this machine
+DEVICE = env_str("WB_DEVICE", "auto")  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N
+DTYPE = env_str("WB_DTYPE", "auto")  # auto = bfloat16 on CUDA, float32 on the CPU
+ENGINE = env_str("WB_ENGINE", "workbench", choices=("workbench", "vllm"))  # vllm: needs `make setup-vllm`
+PRESET_MODEL = env_str("WB_PRESET_MODEL", "qwen2-7b")  # the projected model: qwen2-7b | llama-3-8b
+PRESET_HW = env_str("WB_PRESET_HW", "h200")  # a100-80g | h100-sxm | h200 | l40s | rtx-4090
+REAL_LOOP = env_flag("WB_RUN_REAL_LOOP", True)  # run the real serving loop against the simulator
 
 # %%
-from dataclasses import asdict, replace
-from functools import partial
-
-import torch
 from IPython.display import display
 
-from workbench import results
-from workbench.device import describe, resolve
+import workbench.notebook as wbn
 from workbench.models import load_model
-from workbench.notebook import fields, setup, table
-from workbench.pd import CostModel, HardwareSpec, ModelSpec, plots
-from workbench.pd.loop import clock_for, compare_to_sim, run_serving, sim_config_for
-from workbench.pd.profile import ProfileConfig, drift_check, make_runner, run_profile, with_floors
-from workbench.pd.sim import (
-    SLO,
-    LengthDist,
-    SimConfig,
-    WorkloadConfig,
-    deployment_grid,
-    generate_workload,
-    grid_frames,
-    grid_points,
-    run_grid_point,
-    select_deployments,
-    slo_capacity,
-)
-from workbench.pd.verdict import compare_deployments
+from workbench.pd import plots
+from workbench.pd.sim import select_deployments
 from workbench.pd.widgets import policy_explorer
+from workbench.studies import pd as pd_study
 
-setup()
-torch.set_num_threads(THREADS)
-device, dtype = resolve(DEVICE, DTYPE)
-print(describe(device, dtype))
+wbn.setup()
+cfg = pd_study.Config.from_name(SIZE, device=DEVICE, dtype=DTYPE, preset_model=PRESET_MODEL, preset_hw=PRESET_HW,
+                                real_loop=REAL_LOOP)
+print(cfg)
 
 # %% [markdown]
 # ## 1 · Profile on this machine
@@ -92,26 +60,18 @@ print(describe(device, dtype))
 # the device synchronized (`clock_for`).
 
 # %%
-model, tok = load_model(MODEL, dtype=dtype, device=device)
-hw_here = HardwareSpec.measure(device, copy_mb=16 if SMOKE else None)  # None: 64 MiB on the CPU, 1 GiB on a GPU
-spec_here = ModelSpec.from_hf_config(model.config, name=MODEL,
-                                     bytes_per_param=next(model.parameters()).element_size(),
-                                     bytes_per_kv=next(model.parameters()).element_size())
-pcfg = (ProfileConfig(prompt_lens=(8, 32), prefill_batches=(1, 2), decode_batches=(1, 2, 4),
-                      context_lens=(16,), repeats=2) if SMOKE else ProfileConfig.for_device(device))  # CPU: 3 repeats
-runner = make_runner(model, max_batch=max(pcfg.max_batch, 8), max_seq=pcfg.max_seq + 64)
-clock, sleep = clock_for(device)
-profile = with_floors(run_profile(runner, pcfg, clock=clock), spec_here, hw_here)
-cost_here = CostModel.fit(profile)
+model, tok = load_model(MODEL, dtype=cfg.dtype, device=cfg.device)
+res = pd_study.run(cfg, model=(model, tok), engine=ENGINE)
+hw_here, profile, cost_here = res.hardware, res.profile, res.cost
 print(hw_here.name, f"{hw_here.hbm_gbs:.1f} GB/s, {hw_here.matmul_flops / 1e9:.1f} GFLOP/s ({hw_here.flops_dtype} matmul)")
-display(fields(cost_here))
+display(wbn.fields(cost_here))
 
 # %%
 plots.plot_prefill_profile(profile, cost_here, title=f"{MODEL} prefill on {hw_here.name}").show()
 plots.plot_decode_profile(profile, cost_here, title=f"{MODEL} decode on {hw_here.name}").show()
 
 # %%
-table(cost_here.residuals(profile), columns=["phase", "batch", "seq_len", "ms", "pred_ms", "rel_err", "floor_ms"])
+wbn.table(res.residuals, columns=["phase", "batch", "seq_len", "ms", "pred_ms", "rel_err", "floor_ms"])
 
 # %% [markdown]
 # ## 2 · Real loop vs simulator
@@ -122,15 +82,9 @@ table(cost_here.residuals(profile), columns=["phase", "batch", "seq_len", "ms", 
 # error, that error is flagged (`warning`, and `!` on the chart), since it then says nothing about the simulator.
 
 # %%
-if RUN_REAL_LOOP:
-    wl_real = generate_workload(WorkloadConfig(
-        n_requests=LOOP_REQUESTS, rate=LOOP_RATE, prompt=LengthDist("fixed", 32 if SMOKE else 64),
-        output=LengthDist("uniform", low=4, high=8 if SMOKE else 24), seed=SEED))
-    real = run_serving(runner, wl_real, max_prefill_batch=2, clock=clock, sleep=sleep)
-    drift = drift_check(runner, profile, pcfg, clock=clock)
-    cmp = compare_to_sim(real, wl_real, cost_here, sim_config_for(runner, max_prefill_batch=2), drift=drift)
-    plots.plot_sim_vs_real(cmp, title=f"{MODEL}: simulator vs real loop ({len(real)} requests)").show()
-    display(table(drift), table(cmp))
+if res.sim_vs_real is not None:
+    plots.plot_sim_vs_real(res.sim_vs_real, title=f"{MODEL}: simulator vs real loop ({len(res.real)} requests)").show()
+    display(wbn.table(res.drift), wbn.table(res.sim_vs_real))
 
 # %% [markdown]
 # ## 3 · Projection: a 7B-class model on an H200, from the roofline
@@ -141,29 +95,17 @@ if RUN_REAL_LOOP:
 # as it finishes (`workbench.results.sweep`), so a re-run only simulates what is missing.
 
 # %%
-spec7b, hw = ModelSpec.from_name(PRESET_MODEL), HardwareSpec.from_name(PRESET_HW)
-cost7b = CostModel.from_roofline(spec7b, hw)
-slo = SLO(ttft_ms=SLO_TTFT_MS, tpot_ms=SLO_TPOT_MS)
-base = SimConfig.for_hardware(spec7b, hw)
-workloads = {w.label: w for w in (WorkloadConfig.from_name(n, n_requests=N_REQUESTS, seed=SEED) for n in WORKLOADS)}
-print(cost7b.source, f"| KV capacity {base.kv_capacity_tokens:,} tokens per GPU |", slo.label)
+proj = res.projection
+spec7b, hw, base, slo = proj["spec"], proj["hw"], proj["base"], proj["slo"]
+summary, quantiles = res.summary, res.quantiles
+print(proj["cost"].source, f"| KV capacity {base.kv_capacity_tokens:,} tokens per GPU |", slo.label)
+print(f"{len(summary)} simulated points, {len(res.deployments)} deployments")
 
 # %%
-grid = deployment_grid(base, splits=((1, 1),) if SMOKE else ((1, 1), (1, 2), (2, 1), (1, 3)),
-                       chunk_budgets=(512,) if SMOKE else (256, 512, 2048),
-                       link_gbs=(None,) if SMOKE else (25.0, base.link_gbs))
-points = grid_points(workloads, grid, RATES, cost7b, slo)
-prov = results.collect_provenance(None, seed=SEED, data={"workloads": {k: asdict(w) for k, w in workloads.items()}})
-rows = results.sweep(f"pd_grid_{PRESET_MODEL}_{PRESET_HW}", points, partial(
-    run_grid_point, workloads=workloads, deployments=grid, cost=cost7b, slo=slo), provenance=prov)
-quantiles, summary = grid_frames(rows, points)
-print(f"{len(summary)} simulated points, {len(grid)} deployments")
-
-# %%
-w0, r0 = next(iter(workloads)), RATES[len(RATES) // 2]
+w0, r0 = next(iter(proj["workloads"])), cfg.rates[len(cfg.rates) // 2]
 sel = select_deployments(summary[summary["workload"] == w0], 1, 1, 512, base.link_gbs)
-plots.plot_goodput(sel, title=f"{spec7b.name} on {hw.name}, {w0}: goodput at TTFT<={SLO_TTFT_MS:g} ms, "
-                   f"TPOT<={SLO_TPOT_MS:g} ms").show()
+plots.plot_goodput(sel, title=f"{spec7b.name} on {hw.name}, {w0}: goodput at TTFT<={slo.ttft_ms:g} ms, "
+                   f"TPOT<={slo.tpot_ms:g} ms").show()
 q_sel = select_deployments(quantiles[(quantiles["workload"] == w0) & (quantiles["rate"] == r0)],
                            1, 1, 512, base.link_gbs)
 plots.plot_cdfs(q_sel, by="label", slo=slo, title=f"CDFs at {r0:g} req/s, 2 GPUs").show()
@@ -174,13 +116,10 @@ plots.plot_cdfs(q_sel, by="label", slo=slo, title=f"CDFs at {r0:g} req/s, 2 GPUs
 # the gap is at least 1 point and the winner meets the SLOs for ≥ 90% of requests, otherwise "no difference".
 
 # %%
-colocated = replace(base, policy="colocated", n_instances=2).label
-disaggregated = replace(base, policy="disaggregated", n_prefill=1, n_decode=1).label
-verdict = compare_deployments(summary[summary["workload"] == w0], colocated, disaggregated)
-print(f"{w0}: {verdict.text}")
-display(table(verdict.table), table(slo_capacity(summary[summary["workload"] == w0])))
-cols = ["label", "rate", "goodput_rps", "slo_attainment", "p99_ttft_ms", "p99_tpot_ms", "preemptions"]
-table(sel.sort_values(["rate", "label"]), columns=cols)
+print(f"{w0}: {res.verdict.text}")
+display(wbn.table(res.verdict.table), wbn.table(res.capacity))
+wbn.table(sel.sort_values(["rate", "label"]), columns=["label", "rate", "goodput_rps", "slo_attainment", "p99_ttft_ms",
+                                                       "p99_tpot_ms", "preemptions"])
 
 # %% [markdown]
 # ### Sliders

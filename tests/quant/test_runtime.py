@@ -233,7 +233,7 @@ def test_cuda_engine_on_the_kernels_equals_dequantized_forward(name):
 
 @cuda
 def test_cuda_speed_row_measures_memory():
-    from workbench.quant.speed import SpeedConfig, measure_speed
+    from workbench.studies.speed import SpeedConfig, measure_speed
 
     q, _ = quantize(_model(torch.bfloat16).cuda(), CONFIGS["rtn_w4_g64"])
     row = measure_speed(q, SpeedConfig(decode_batches=(1, 2), prefill_tokens=32, context=8, repeats=3))

@@ -22,6 +22,7 @@ import torch
 
 from workbench import divergence
 from workbench.models import require_trained
+from workbench.stats import t_interval
 from workbench.validate import check_field_types
 
 __all__ = ["FidelityConfig", "FidelityStats", "eval_windows", "run_fidelity", "t_interval", "token_metrics"]
@@ -61,18 +62,6 @@ def token_metrics(logits_p: torch.Tensor, logits_q: torch.Tensor,
         out["nll_p"] = -lp.gather(-1, t).squeeze(-1)
         out["nll_q"] = -lq.gather(-1, t).squeeze(-1)
     return out
-
-
-def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of the mean of ``x``: ``mean +- t_{n-1, (1+level)/2} s / sqrt(n)``; the
-    mean twice for one value (scipy.stats.t)."""
-    from scipy import stats
-
-    m = float(np.mean(x))
-    if x.size < 2:
-        return m, m
-    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * np.std(x, ddof=1) / np.sqrt(x.size))
-    return m - half, m + half
 
 
 @dataclass

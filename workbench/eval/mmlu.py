@@ -34,28 +34,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from workbench.device import resolve_device
 from workbench.eval import mmlu_score
 from workbench.eval.mmlu_tokens import tokenize_mmlu
 from workbench.models import require_trained
 from workbench.stats import binomial_ci
 from workbench.validate import check_field_types
 
-__all__ = ["CHANCE", "FORMULATIONS", "MMLUConfig", "build_prompts", "demo_n_per_subject", "format_question",
+__all__ = ["CHANCE", "FORMULATIONS", "MMLUConfig", "build_prompts", "format_question",
            "run_mmlu", "subject_prefix", "summarize_mmlu"]
 
 LETTERS = "ABCD"
 CHANCE = 0.25  # accuracy of a uniform guess among four choices
 FORMULATIONS = ("mmlu", "mmlu_continuation")
-
-
-def demo_n_per_subject(device="auto") -> int:
-    """MMLU test questions per subject of notebook 00's default run on ``device`` (``"auto"``: CUDA when
-    present): 4 on CUDA (228 questions over the 57 subjects), 2 on the CPU (114 questions, the size at
-    which the quickstart fits its share of the 2-core demo budget; its 95% intervals are about
-    +-0.08 wide, so a score near 0.3 may not be told apart from chance, and the table says so).
-    Raises ``ValueError`` as :func:`workbench.device.resolve_device` does."""
-    return 4 if resolve_device(device).type == "cuda" else 2
 BACKENDS = ("auto", "hf", "engine")
 
 

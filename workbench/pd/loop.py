@@ -18,55 +18,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.device import resolve_device
+from workbench.device import CPUClock, clock_for
 from workbench.pd.costmodel import CostModel
 from workbench.pd.metrics import RequestStats, summarize
 from workbench.pd.profile import extend
 from workbench.pd.sim import SimConfig, Workload, simulate
 
-__all__ = ["MIN_DRIFT_PCT", "CPUClock", "clock_for", "compare_to_sim", "demo_loop_requests", "run_serving",
+__all__ = ["MIN_DRIFT_PCT", "CPUClock", "clock_for", "compare_to_sim", "run_serving",
            "sim_config_for"]
 
 MIN_DRIFT_PCT = 1.0  # a speed change below 1% is within a profile point's repeat-to-repeat spread
-
-
-class CPUClock:
-    """A virtual clock for a shared CPU: this process's CPU time (``time.process_time``, s) plus the
-    idle time the loop *would* have slept, which it adds instead of sleeping.
-
-    On a machine where other processes take turns on the cores, wall-clock step times measure the
-    scheduler; CPU time measures the work (with one torch thread, the step's compute). The serving
-    loop then runs in the virtual time a dedicated core would have given it. Use on CPU only: a GPU
-    step's time is not this process's CPU time.
-    """
-
-    def __init__(self):
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.process_time() + self.offset
-
-    def sleep(self, dt: float) -> None:
-        self.offset += max(0.0, dt)
-
-
-def demo_loop_requests(device="auto") -> int:
-    """Requests of notebook 03's real serving loop by default on ``device`` (``"auto"``: CUDA when
-    present): 24 on CUDA, 12 on the CPU (at 0.3 req/s the loop runs about as long as its arrivals
-    span, ~40 s; 12 requests keep the demo inside its 2-core budget). Raises ``ValueError`` as
-    :func:`workbench.device.resolve_device` does."""
-    return 24 if resolve_device(device).type == "cuda" else 12
-
-
-def clock_for(device) -> tuple:
-    """``(clock, sleep)`` to time steps on ``device`` (a ``torch.device`` or its name): on the CPU a
-    :class:`CPUClock` and its ``sleep`` (this process's CPU time: robust to other jobs on a shared
-    machine); elsewhere wall time, ``(time.perf_counter, time.sleep)``: a GPU step's time is not this
-    process's CPU time (the profile and the loop synchronize the device before reading the clock)."""
-    if str(device).startswith("cpu"):
-        c = CPUClock()
-        return c, c.sleep
-    return time.perf_counter, time.sleep
 
 
 def run_serving(runner, workload: Workload, *, max_prefill_batch: int = 4, seed: int = 0,

@@ -3,7 +3,7 @@
 Two points of one sweep are scored on the *same* held-out windows, so they are compared by the paired
 difference of their per-window mean KL (``kl_windows``, from :class:`workbench.eval.fidelity.FidelityStats`):
 windows are independent stretches of text, tokens inside one are not, so the interval is Student's t
-over windows (:func:`workbench.eval.fidelity.t_interval`). Rows without window means (older results) fall back to the
+over windows (:func:`workbench.stats.t_interval`). Rows without window means (older results) fall back to the
 two points' own intervals (``kl_mean_lo``/``kl_mean_hi``) combined as independent, which is wider
 (conservative: shared windows correlate the two points positively). A point *beats* another only when
 the interval of the difference excludes zero; otherwise the verdict is "no difference". MMLU accuracy is
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from workbench.eval.fidelity import t_interval
 from workbench.quant.config import QuantConfig
+from workbench.stats import t_interval
 
 __all__ = ["NO_DIFFERENCE", "QUESTIONS", "QuantVerdict", "compare_points", "takeaways"]
 

@@ -14,7 +14,7 @@ from workbench.spec.drafts import build_drafts, make_draft, truncated_draft
 from workbench.spec.fast import device_speculative_generate, rejection_sample_fast
 from workbench.spec.generate import GenerationResult, autoregressive_generate, speculative_generate
 from workbench.spec.metrics import SpecDecodingStats
-from workbench.spec.presets import SPEC_GRIDS, SpecGrid, demo_grid
+from workbench.spec.presets import SPEC_GRIDS, SpecGrid
 from workbench.spec.rejection import rejection_sample
 from workbench.spec.run import SpecCache, encode_prompts, run_spec, summarize_spec
 from workbench.spec.sweep import run_spec_sweep
@@ -22,7 +22,7 @@ from workbench.spec.theory import best_k, best_k_table, expected_tokens_per_step
 
 __all__ = [
     "SPEC_GRIDS", "GenerationResult", "SpecCache", "SpecConfig", "SpecDecodingStats", "SpecGrid",
-    "alignment_metrics", "autoregressive_generate", "best_k", "best_k_table", "build_drafts", "demo_grid",
+    "alignment_metrics", "autoregressive_generate", "best_k", "best_k_table", "build_drafts",
     "device_speculative_generate", "distill_draft", "encode_prompts", "expected_tokens_per_step",
     "make_draft", "rejection_sample", "rejection_sample_fast", "run_spec", "run_spec_sweep",
     "speculative_generate", "speedup", "summarize_spec", "target_generations", "truncated_draft",

@@ -13,7 +13,7 @@
   notebook's demo together in 20 minutes): the demo's studies and drafts with static k in (1, 4) (the
   theory curves fill in k = 2), on 3 prompts (one results-store point per config and draft), 8 new
   tokens each, and a 30-step distilled draft (72 runs of 8 tokens).
-  :func:`demo_grid` picks ``"demo"`` or ``"demo_cpu"`` by device.
+  :class:`workbench.studies.spec.Config` picks ``"demo"`` or ``"demo_cpu"`` by device.
 * ``"smoke"``: the same shape at CI size (k = 1 and 2, 6 new tokens, 2 prompts, INT4 and a 5-step
   distilled draft on 60,000 characters of WikiText-2).
 * ``"spec-table"``: ``benchmarks/spec_table.py`` -- static k = 4 at T = 0 and 0.7, 32 new tokens on
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from workbench.device import resolve_device
 from workbench.spec.config import POLICY_NAMES, SpecConfig, did_you_mean
 
 
@@ -105,11 +104,4 @@ SPEC_GRIDS = {
 
 
 
-def demo_grid(device="auto") -> str:
-    """Name of notebook 02's default grid on ``device`` (``"auto"``: CUDA when present): ``"demo"`` on
-    CUDA, ``"demo_cpu"`` elsewhere (the same studies at the CPU time budget). Raises ``ValueError``
-    as :func:`workbench.device.resolve_device` does for an unknown or absent device."""
-    return "demo" if resolve_device(device).type == "cuda" else "demo_cpu"
-
-
-__all__ = ["SPEC_GRIDS", "SpecGrid", "demo_grid"]
+__all__ = ["SPEC_GRIDS", "SpecGrid"]

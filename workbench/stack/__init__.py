@@ -6,9 +6,9 @@ multiplicativity, the simulated load grid, the alpha x k what-if grids); :mod:`w
 draws them; :mod:`workbench.stack.kv_study` measures the KV cache.
 """
 
-from workbench.stack.config import COMBINATIONS, StackConfig, combo_label, demo_defaults
+from workbench.stack.config import COMBINATIONS, StackConfig, combo_label
 from workbench.stack.run import StackResult, run_stack
 from workbench.stack.table import load_note, multiplicativity, stack_table, whatif_batch1
 
-__all__ = ["COMBINATIONS", "StackConfig", "StackResult", "combo_label", "demo_defaults", "load_note", "multiplicativity",
+__all__ = ["COMBINATIONS", "StackConfig", "StackResult", "combo_label", "load_note", "multiplicativity",
            "run_stack", "stack_table", "whatif_batch1"]

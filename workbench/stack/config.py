@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from workbench.device import resolve_device
 from workbench.pd.profile import ProfileConfig
 from workbench.pd.sim import SLO, LengthDist, WorkloadConfig
 
-__all__ = ["COMBINATIONS", "StackConfig", "combo_label", "demo_defaults"]
+__all__ = ["COMBINATIONS", "StackConfig", "combo_label"]
 
 # (quantized, speculative, disaggregated) in the waterfall's order: baseline -> +W4A16 -> +spec -> +P/D
 COMBINATIONS = tuple((q, s, p) for p in (False, True) for s in (False, True) for q in (False, True))
@@ -26,28 +25,6 @@ def combo_label(quantized: bool, speculative: bool, disaggregated: bool, base: s
     """``"bf16"``, ``"W4A16 + spec"``, ``"W4A16 + spec + P/D"``...: the row label of a combination."""
     parts = ["W4A16" if quantized else base] + (["spec"] if speculative else []) + (["P/D"] if disaggregated else [])
     return " + ".join(parts)
-
-
-def demo_defaults(device="auto") -> dict:
-    """Sizes of notebook 04's default run on ``device`` (``"auto"``: CUDA when present):
-
-    * ``kv_context``: tokens of the KV-cache study; ``None``: the model's ``max_position_embeddings``
-      (CUDA); 1,024 on the CPU (its float32 reference and torch-path quantized caches cost time
-      quadratic in the context).
-    * ``quant_questions``, ``quant_speed``: ``n_questions`` and ``speed`` of the claims ledger's
-      :func:`workbench.quant.run_quant_sweep`. The ledger reads only the fidelity columns of those rows
-      (cosine, top-1, KL, perplexity ratio; :func:`workbench.claims.evidence.quant_evidence`), so on the
-      CPU they skip MMLU and timing (``0``, ``False``); on CUDA they stay the sweep's defaults
-      (``None``: :func:`workbench.quant.sweep.default_mmlu_size`; ``True``).
-
-    * ``gen_len``: new tokens of the fixed batch-1 request: 16 on CUDA, 12 on the CPU (every one of the 8
-      combinations decodes it plainly and, with a draft, speculatively).
-
-    Raises ``ValueError`` as :func:`workbench.device.resolve_device` does.
-    """
-    if resolve_device(device).type == "cuda":
-        return {"kv_context": None, "quant_questions": None, "quant_speed": True, "gen_len": 16}
-    return {"kv_context": 1024, "quant_questions": 0, "quant_speed": False, "gen_len": 12}
 
 
 def _small_profile() -> ProfileConfig:

@@ -59,6 +59,7 @@ class StackResult:
     slo: SLO
     capacity_rps: float
     mem_gb: float
+    config: StackConfig | None = None  # the study these frames come from
 
 
 def _grid(name, configs, fn, provenance, root, progress) -> pd.DataFrame:
@@ -151,4 +152,4 @@ def run_stack(target, draft, cfg: StackConfig, prompt: list[int], *, device=None
                         sim_prov, root, progress)
     table = stack_table(points, load, cfg)
     return StackResult(points, table, multiplicativity(table), load, whatif_batch1(points, cfg), whatif_load,
-                       slo, cap, mem_gb)
+                       slo, cap, mem_gb, cfg)

@@ -1,4 +1,5 @@
-"""``run_quant_sweep``: one row per ``QuantConfig`` (memory, fidelity, MMLU, speed), resumable."""
+"""``run_quant_sweep``: one row per ``QuantConfig`` (memory, fidelity, MMLU, speed), resumable; the measuring
+half of the quantization study (:mod:`workbench.studies.quant`)."""
 
 from __future__ import annotations
 
@@ -9,65 +10,20 @@ import warnings
 import pandas as pd
 import torch
 
-from workbench.device import resolve_device
-from workbench.engine import dispatch, int4
 from workbench.eval.fidelity import eval_windows, run_fidelity
 from workbench.eval.mmlu import run_mmlu, summarize_mmlu
 from workbench.models import require_trained, weights_label
+from workbench.quant.config import QuantConfig
+from workbench.quant.footprint import footprint
+from workbench.quant.quantize import quantize
+from workbench.studies.speed import SpeedConfig, measure_speed
 
-from .config import QuantConfig
-from .footprint import footprint
-from .quantize import quantize
-from .speed import SpeedConfig, measure_speed
-
-__all__ = [
-    "DEMO_SUBJECTS",
-    "FORMULATIONS",
-    "FP_LABEL",
-    "MMLU_CHANCE",
-    "default_mmlu_size",
-    "demo_defaults",
-    "resolve_device",
-    "run_quant_point",
-    "run_quant_speed",
-    "run_quant_sweep",
-]
+__all__ = ["FORMULATIONS", "FP_LABEL", "MMLU_CHANCE", "run_quant_point", "run_quant_speed", "run_quant_sweep",
+           "speedup_vs_fp"]
 
 FP_LABEL = "FP"
 FORMULATIONS = ("mmlu", "mmlu_continuation")  # lm-eval task names: letters A-D, or the choice texts (cloze)
 MMLU_CHANCE = 0.25  # four choices; a uniform guess (and acc_norm of a scorer that knows nothing)
-
-
-def default_mmlu_size(device) -> int:
-    """MMLU questions per subject when the caller gives none: 10 (570 questions) on CUDA; 1 (57) on the
-    CPU, the size at which notebook 01's whole grid fits its CPU time budget (a CI that wide cannot
-    show a drop; the table says so in ``mmlu_vs_chance``)."""
-    return 10 if torch.device(device).type == "cuda" else 1
-
-
-# ten MMLU subjects from all four categories (STEM, humanities, social sciences, other), for the CPU demo
-DEMO_SUBJECTS = ("abstract_algebra", "business_ethics", "college_chemistry", "high_school_macroeconomics",
-                 "high_school_us_history", "logical_fallacies", "marketing", "moral_disputes", "professional_law",
-                 "us_foreign_policy")
-
-
-def demo_defaults(device="auto") -> dict:
-    """Sizes of notebook 01's default run on ``device``: ``device``, ``dtype`` (bfloat16 on CUDA, float32
-    on the CPU), ``grid`` (:data:`workbench.quant.config.GRIDS`), ``n_tokens`` (held-out tokens for
-    KL / top-1 / perplexity), ``n_calib_samples`` x ``calib_seq_len`` (AWQ / GPTQ calibration),
-    ``awq_max_tokens`` (tokens AWQ scores each scale on),
-    ``n_questions`` (MMLU per subject) and ``subjects`` (None: all 57). On the CPU they are cut to fit
-    the demo's share of the CPU time budget (every notebook's demo together in 20 minutes on 2
-    cores): one question from each of :data:`DEMO_SUBJECTS` (10 questions: the pipeline, not a
-    measurement; 570 on CUDA) and AWQ / GPTQ calibrated on 4 x 128 tokens, AWQ scoring its scales on
-    256 of them (32 x 256 and 2,048 on CUDA)."""
-    dev = resolve_device(device)
-    if dev.type == "cuda":
-        return {"device": str(dev), "dtype": "bfloat16", "grid": "demo", "n_tokens": 4096, "n_calib_samples": 32,
-                "calib_seq_len": 256, "awq_max_tokens": 2048, "n_questions": default_mmlu_size(dev), "subjects": None}
-    return {"device": "cpu", "dtype": "float32", "grid": "demo_cpu", "n_tokens": 1024, "n_calib_samples": 4,
-            "calib_seq_len": 128, "awq_max_tokens": 256, "n_questions": default_mmlu_size(dev),
-            "subjects": list(DEMO_SUBJECTS)}
 
 
 def _mmlu(model, tok, questions, dev, n_shot: int, batch_size: int, formulation: str) -> dict:
@@ -107,7 +63,7 @@ def _fp_row(model) -> dict:
 def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tensor, *, calib=None,
                     fp_cache: dict | None = None, batch_size: int = 4, mmlu_questions=None, mmlu_dev=None,
                     n_shot: int = 0, formulation: str = "mmlu_continuation", speed: SpeedConfig | None = None,
-                    report_out: list | None = None) -> pd.DataFrame:
+                    report_out: list | None = None, engine_config=None) -> pd.DataFrame:
     """Quantize ``model`` with ``config`` (``None``: the full-precision model itself) and measure it.
 
     Returns one row: the config fields (``method, w_bits, group_size, granularity, symmetric, scheme,
@@ -115,9 +71,10 @@ def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tenso
     :func:`workbench.eval.fidelity.run_fidelity` on ``windows`` ``[n, seq_len]`` (``ppl`` = ``ppl_q``),
     ``quantize_s``; when ``mmlu_questions`` is given, MMLU (``mmlu_acc`` with 95% CIs, micro and macro,
     ``mmlu_formulation``, ``mmlu_metric``, ``mmlu_chance``, ``mmlu_vs_chance``); when ``speed`` is
-    given, the columns of :func:`workbench.quant.speed.measure_speed` (decode ms per token at each
+    given, the columns of :func:`workbench.studies.speed.measure_speed` (decode ms per token at each
     batch, prefill ms, peak memory, the device and the runtime matmuls).
-    ``report_out``: a list that receives the per-layer report (tagged with ``label``).
+    ``report_out``: a list that receives the per-layer report (tagged with ``label``). ``engine_config``: the
+    ``EngineConfig`` the speed is measured with (``None``: the defaults).
     """
     require_trained(model, "the quantization sweep's fidelity and MMLU columns")
     t0 = time.perf_counter()
@@ -136,13 +93,13 @@ def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tenso
     if mmlu_questions is not None and len(mmlu_questions):
         row.update(_mmlu(qmodel, tok, mmlu_questions, mmlu_dev, n_shot, 8, formulation))
     if speed is not None:
-        row.update(measure_speed(qmodel, speed))
+        row.update(measure_speed(qmodel, speed, engine_config))
     if report_out is not None and len(report):
         report_out.append(report.assign(label=row["label"]))
     return pd.DataFrame([row])
 
 
-def _mmlu_data(n_questions: int, subjects):
+def _mmlu_data(n_questions: int, subjects, seed: int = 0):
     from workbench.data import load_mmlu, sample_mmlu
 
     test = load_mmlu(split="test")
@@ -151,7 +108,7 @@ def _mmlu_data(n_questions: int, subjects):
         if unknown:
             raise ValueError(f"unknown MMLU subjects {unknown}; see load_mmlu()['subject'].unique()")
         test = test[test["subject"].isin(subjects)]
-    return sample_mmlu(test, n_questions, seed=0), load_mmlu(split="dev")
+    return sample_mmlu(test, n_questions, seed=seed), load_mmlu(split="dev")
 
 
 def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str | None = None,
@@ -159,7 +116,8 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
                     n_questions: int | None = None, n_shot: int | None = None,
                     formulation: str = "mmlu_continuation", subjects: list[str] | None = None,
                     speed: bool | SpeedConfig = True, name: str | None = None,
-                    root=None, include_fp: bool = True, progress: bool = True) -> pd.DataFrame:
+                    root=None, include_fp: bool = True, progress: bool = True, engine=None,
+                    mmlu_seed: int = 0) -> pd.DataFrame:
     """Measure each config (and the FP model) and return one row per point.
 
     Args:
@@ -169,16 +127,18 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
         text: held-out evaluation text (default WikiText-2 test); the first ``n_tokens`` tokens in
             non-overlapping ``seq_len`` windows. AWQ/GPTQ calibrate on WikiText-2 valid (or ``calib``).
         n_questions: MMLU questions per subject (stratified sample); ``None``:
-            :func:`default_mmlu_size` for the model's device; 0: no MMLU.
+            10 on CUDA, 1 on the CPU; 0: no MMLU.
         n_shot: MMLU exemplars; ``None``: 0 for ``mmlu_continuation`` (lm-eval's default for that
             task), 5 for ``mmlu``.
         formulation: ``"mmlu_continuation"`` (lm-eval's cloze formulation, scored by ``acc_norm``: the
             built-in 135M model is above chance there) or ``"mmlu"`` (letters A-D, ``acc``).
         subjects: restrict MMLU to these subjects (smoke runs); default all 57.
-        speed: time every point on the engine (:func:`workbench.quant.speed.measure_speed`): ``True``
+        speed: time every point on the engine (:func:`workbench.studies.speed.measure_speed`): ``True``
             (:meth:`SpeedConfig.for_device`), a :class:`SpeedConfig`, or ``False`` to skip.
         name: results-store name; when given, ``workbench.results.sweep`` appends each finished
             point to it and a re-run skips the points already stored (resume after interruption).
+        engine: the backend (:class:`workbench.studies.engines.WorkbenchEngine`; ``None``: the defaults): its
+            ``EngineConfig`` times the points and its provenance is part of each point's key.
 
     Returns:
         DataFrame, one row per point (see :func:`run_quant_point`); when ``name`` is given, the stored
@@ -191,7 +151,7 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
     if formulation not in FORMULATIONS:
         raise ValueError(f"formulation={formulation!r} is unknown; use one of {FORMULATIONS}")
     device = next(model.parameters()).device
-    n_questions = default_mmlu_size(device) if n_questions is None else n_questions
+    n_questions = (10 if device.type == "cuda" else 1) if n_questions is None else n_questions
     if not isinstance(n_questions, int) or n_questions < 0:
         raise ValueError(f"n_questions={n_questions!r} must be an integer >= 0 (0: no MMLU) or None (default size)")
     n_shot = (0 if formulation == "mmlu_continuation" else 5) if n_shot is None else n_shot
@@ -201,7 +161,8 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
 
         text = load_text("wikitext-2", split="test")
     windows = eval_windows(tok, text, n_tokens, seq_len)
-    questions, dev = _mmlu_data(n_questions, subjects) if n_questions else (None, None)
+    questions, dev = _mmlu_data(n_questions, subjects, mmlu_seed) if n_questions else (None, None)
+    backend = _backend(engine)
     points = ([None] if include_fp and None not in configs else []) + list(configs)
     fp_cache: dict = {}
 
@@ -210,7 +171,7 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
         qc = None if cfg.get("method") == "fp" else QuantConfig(**cfg)
         out = run_quant_point(model, tok, qc, windows, calib=calib, fp_cache=fp_cache, batch_size=batch_size,
                               mmlu_questions=questions, mmlu_dev=dev, n_shot=n_shot, formulation=formulation,
-                              speed=speed_cfg)
+                              speed=speed_cfg, engine_config=backend.engine_config())
         return out.assign(n_questions_per_subject=n_questions, eval_tokens=int(windows.numel()))
 
     ev = [int(windows.numel()), seq_len, n_questions, n_shot, sorted(subjects or []), formulation,
@@ -223,18 +184,25 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
     data = {"eval_windows": data_digest(windows), "calib": None if calib is None else data_digest(calib),
             "mmlu_test": None if questions is None else data_digest(questions),
             "mmlu_dev": None if dev is None else data_digest(dev)}
-    prov = collect_provenance(model=model, config={"configs": keys}, n_tokens=n_tokens, seq_len=seq_len, data=data)
+    prov = collect_provenance(model=model, config={"configs": keys}, n_tokens=n_tokens, seq_len=seq_len, data=data,
+                              engine=backend.provenance())
     return sweep(name, keys, fn_key, provenance=prov, root=root, progress=progress)
 
 
 def _speed_key(c: SpeedConfig) -> tuple:
-    """What a stored speed point depends on besides the model and the config: the timing settings and the engine's
-    module-level kernel switches that an A/B flips in one environment (``WORKBENCH_INT4_ONE_ROW_FUSED``, the tuners,
-    the prologue placement, the few-row INT4 kernels)."""
-    switches = (dispatch.INT4_ONE_ROW_FUSED, dispatch.TUNE, sorted(dispatch.INT4_PROLOGUES.items()),
-                sorted(dispatch.INT4_GEMV_PROLOGUES.items()), int4.TUNE_FUSED, int4.ONE_ROW_GEMV,
-                int4.FEW_ROWS_TINYGEMM)
-    return (list(c.decode_batches), c.prefill_tokens, c.context, c.repeats, c.warmup, str(switches))
+    """What a stored speed point depends on besides the model, the config and the engine (whose kernel settings
+    are part of the point key through ``engine_key``): the timing settings."""
+    return (list(c.decode_batches), c.prefill_tokens, c.context, c.repeats, c.warmup)
+
+
+def _backend(engine):
+    from workbench.studies.engines import WorkbenchEngine, resolve_engine
+
+    backend = WorkbenchEngine() if engine is None else resolve_engine(engine)
+    if not backend.in_process:
+        raise ValueError(f"run_quant_sweep runs on the workbench engine; engine {backend.name!r} is measured by "
+                         "workbench.studies.quant.run")
+    return backend
 
 
 def _asdict(c: QuantConfig) -> dict:
@@ -246,9 +214,10 @@ def _asdict(c: QuantConfig) -> dict:
 
 
 def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: bool | SpeedConfig = True, calib=None,
-                    include_fp: bool = True, name: str | None = None, root=None, progress: bool = True) -> pd.DataFrame:
+                    include_fp: bool = True, name: str | None = None, root=None, progress: bool = True,
+                    engine=None) -> pd.DataFrame:
     """Speed and memory only of each quantization point: quantize, convert for the engine, time
-    (:func:`workbench.quant.speed.measure_speed`); no fidelity, no MMLU. Unlike :func:`run_quant_sweep` it accepts
+    (:func:`workbench.studies.speed.measure_speed`); no fidelity, no MMLU. Unlike :func:`run_quant_sweep` it accepts
     a model with random weights (``load_model("random:qwen2-7b")``): where a small model's decode step is bound by
     per-kernel latency (the built-in 135M model on an H200: each layer's matmuls read 0.3-3.5 MB), a published 7B
     shape shows what the quantized runtimes cost when the weights' bytes dominate. AWQ and GPTQ calibrate on the
@@ -271,6 +240,7 @@ def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: boo
     device = next(model.parameters()).device
     speed_cfg = SpeedConfig.for_device(device) if speed is True else speed
     label = weights_label(model)
+    backend = _backend(engine)
     points = ([None] if include_fp and None not in configs else []) + list(configs)
 
     def fn_key(k: dict) -> pd.DataFrame:
@@ -284,7 +254,7 @@ def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: boo
             row = qc.to_row()
         row["quantize_s"] = time.perf_counter() - t0
         row.update(footprint(qmodel))
-        row.update(measure_speed(qmodel, speed_cfg))
+        row.update(measure_speed(qmodel, speed_cfg, backend.engine_config()))
         row["weights"] = label
         del qmodel
         return pd.DataFrame([row])
@@ -296,7 +266,8 @@ def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: boo
     from workbench.results import collect_provenance, data_digest, sweep
 
     prov = collect_provenance(model=model, config={"configs": keys}, speed_only=True,
-                              data={"calib": None if calib is None else data_digest(calib)})
+                              data={"calib": None if calib is None else data_digest(calib)},
+                              engine=backend.provenance())
     return speedup_vs_fp(sweep(name, keys, fn_key, provenance=prov, root=root, progress=progress))
 
 

@@ -3,9 +3,10 @@
 import pandas as pd
 import pytest
 
-import workbench.quant.sweep as sw
-from workbench.quant import QuantConfig, run_quant_sweep
-from workbench.quant.speed import SpeedConfig, measure_speed
+import workbench.studies.quant_sweep as sw
+from workbench.quant import QuantConfig
+from workbench.studies.quant_sweep import run_quant_sweep
+from workbench.studies.speed import SpeedConfig, measure_speed
 
 
 class CharTok:
@@ -93,7 +94,6 @@ def test_mmlu_formulation_passed_through_and_feature_detected(tiny, monkeypatch,
 
 
 def test_sweep_defaults_mmlu_on_and_rejects_bad_formulation(tiny):
-    assert sw.default_mmlu_size("cpu") == 1 and sw.default_mmlu_size("cuda") == 10
     with pytest.raises(ValueError, match="formulation='cloze'"):
         run_quant_sweep(tiny, CharTok(), [], text=TEXT, formulation="cloze")
     with pytest.raises(ValueError, match="n_questions=-1"):
@@ -139,7 +139,7 @@ def test_run_quant_speed_takes_random_weights_times_every_point_and_resumes(tiny
     computes only a new point; ``speed=False`` names the fix."""
     from workbench.models import RandomWeightsError
     from workbench.models.provenance import RANDOM_LABEL, attach
-    from workbench.quant import run_quant_speed
+    from workbench.studies.quant_sweep import run_quant_speed
 
     attach(tiny, {"source": "random", "name": "random:tiny", "weights": "random"})
     with pytest.raises(RandomWeightsError):
@@ -158,7 +158,7 @@ def test_run_quant_speed_takes_random_weights_times_every_point_and_resumes(tiny
     assert df["speedup_b2"].iloc[2] == pytest.approx(df["decode_ms_b2"].iloc[0] / df["decode_ms_b2"].iloc[2])
     calls = []
     real = sw.measure_speed
-    monkeypatch.setattr(sw, "measure_speed", lambda m, c: calls.append(1) or real(m, c))
+    monkeypatch.setattr(sw, "measure_speed", lambda m, c, e=None: calls.append(1) or real(m, c, e))
     df2 = run_quant_speed(tiny, CharTok(), configs + [QuantConfig(group_size=32, **small)], name="spd", **kw)
     assert len(calls) == 1 and len(df2) == 5
     with pytest.raises(ValueError, match="speed=True"):

@@ -1,7 +1,7 @@
 """Measured speed and memory of a (quantized) model on the engine, on the model's device.
 
 Timing goes through :func:`workbench.pd.profile.run_profile` on the engine that
-:func:`workbench.quant.convert_for_runtime` builds (the quantized matmuls; the FP model on its dense
+:func:`workbench.quant.convert_for_runtime` builds (with the backend's ``EngineConfig``) (the quantized matmuls; the FP model on its dense
 weights), so a quantization point is timed exactly as the serving loop runs it: one step = roll the
 slots back, ``extend_batch``, greedy token to the host, synchronize.
 
@@ -12,9 +12,10 @@ slots back, ``extend_batch``, greedy token to the host, synchronize.
   the allocation before the engine was built (weights, KV cache, activations, CUDA graphs); on the CPU
   the footprint model (the engine's weight tensors + KV cache), ``mem_source`` says which;
 * ``speed_device`` (``"cuda:0 NVIDIA H200"``, ``"cpu"``), ``speed_clock`` (wall time on CUDA; this
-  process's CPU time on the CPU, as :class:`workbench.pd.loop.CPUClock`, since other processes share
+  process's CPU time on the CPU, as :class:`workbench.device.CPUClock`, since other processes share
   the cores), ``runtime`` (the matmuls that ran, :func:`workbench.quant.runtime.runtime_label`),
-  ``engine_weight_bytes`` (bytes a decode step reads, :meth:`Engine.weight_bytes`).
+  ``engine_weight_bytes`` (bytes a decode step reads, :meth:`Engine.weight_bytes`), ``route_table`` (JSON:
+  which kernel ran each matmul at each row count, :meth:`Engine.route_table`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import torch
 from workbench.engine import Engine
 from workbench.engine.weights import Dense
 from workbench.pd.profile import ProfileConfig, run_profile
-
-from .runtime import convert_for_runtime, runtime_label
+from workbench.quant.runtime import convert_for_runtime, runtime_label
 
 __all__ = ["SpeedConfig", "measure_speed"]
 
@@ -85,9 +85,10 @@ def _footprint_bytes(eng: Engine) -> int:
     return eng.weight_bytes() + embed + kv
 
 
-def measure_speed(model, config: SpeedConfig | None = None) -> dict:
+def measure_speed(model, config: SpeedConfig | None = None, engine_config=None) -> dict:
     """Time ``model`` (an HF model, quantized by :func:`workbench.quant.quantize` or not) on the
-    engine on its own device and dtype. Returns one row as a dict (columns in the module docstring).
+    engine on its own device and dtype, built with ``engine_config`` (an ``EngineConfig``; ``None``: the
+    defaults). Returns one row as a dict (columns in the module docstring).
 
     Raises ``ValueError`` if the model's architecture is not one the engine runs (Llama / Qwen2 /
     Mistral) or the prompt does not fit its context.
@@ -100,7 +101,8 @@ def measure_speed(model, config: SpeedConfig | None = None) -> dict:
     if cuda:
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
-    eng = convert_for_runtime(model, max_batch=max(config.decode_batches), max_seq=max_seq)
+    kw = {} if engine_config is None else {"config": engine_config}
+    eng = convert_for_runtime(model, max_batch=max(config.decode_batches), max_seq=max_seq, **kw)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     prof = run_profile(eng, ProfileConfig(prompt_lens=(config.prefill_tokens,), prefill_batches=(1,),
@@ -109,6 +111,10 @@ def measure_speed(model, config: SpeedConfig | None = None) -> dict:
                        clock=time.perf_counter if cuda else time.process_time)
     row = {"speed_device": _device_label(device), "speed_clock": "wall" if cuda else "process_time",
            "runtime": runtime_label(eng), "engine_weight_bytes": int(eng.weight_bytes())}
+    if hasattr(eng, "route_table"):
+        import json
+
+        row["route_table"] = json.dumps(eng.route_table(), sort_keys=True, default=str)
     for r in prof.itertuples(index=False):
         key = f"prefill_ms_{r.seq_len}" if r.phase == "prefill" else f"decode_ms_b{r.batch}"
         row[key] = float(r.ms)
