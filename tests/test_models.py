@@ -198,8 +198,8 @@ def test_quality_entry_points_refuse_random_weights():
 
     from workbench.eval.fidelity import run_fidelity
     from workbench.eval.mmlu import run_mmlu
-    from workbench.studies.quant_sweep import run_quant_point
     from workbench.spec import SpecConfig, run_spec
+    from workbench.studies.quant_sweep import run_quant_point
 
     m, tok = _random_tiny(), random_init.byte_tokenizer()
     q = pd.DataFrame({"subject": ["x"], "question": ["q"], "choices": [["a", "b", "c", "d"]], "answer": [0]})

@@ -4,8 +4,8 @@ the study size parameter. A preset that picked the CPU size on CUDA (or the reve
 import pytest
 import torch
 
-import workbench.device as device
-import workbench.pd.profile as profile
+from workbench import device
+from workbench.pd import profile
 from workbench.studies import mmlu, pd, quant, spec, stack
 
 
