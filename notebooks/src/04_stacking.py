@@ -37,7 +37,6 @@ ALPHA = env_float("WB_ALPHA", None)  # what-if alpha (synthetic acceptance); uns
 
 # %%
 import pandas as pd
-import torch
 from IPython.display import display
 
 import workbench.notebook as wbn
@@ -47,7 +46,6 @@ from workbench.stack.widgets import load_explorer, whatif_explorer
 from workbench.studies import stack
 
 wbn.setup()
-torch.set_num_threads(1)
 cfg = stack.Config.from_name(SIZE, device=DEVICE, dtype=DTYPE, draft=DRAFT, quant=QUANT, alpha=ALPHA)
 print(cfg)
 

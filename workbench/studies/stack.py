@@ -33,6 +33,7 @@ class Config:
     size: str = "demo"  # smoke | demo | full
     device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on the CPU
+    threads: int = 1  # torch threads on the CPU: one makes this process's CPU time the step's compute
     draft: str = "int3"  # make_draft name: int3/int4/int8 self-draft, layers-N, a hub id
     quant: str = "rtn"  # W4A16 weights: rtn | awq | gptq
     group_size: int = 64  # must divide the model's widths (SmolLM2: 576)
@@ -127,9 +128,11 @@ def run(config: Config, *, model, data=None, engine="workbench", store=None, pro
     from workbench.models import is_random
     from workbench.spec import make_draft
     from workbench.stack import run_stack
+    from workbench.studies.base import placement
 
     backend = resolve_engine(engine)
     st = resolve_store(store)
+    placement(config)  # torch threads
     target, tok = as_model(model, config)
     if not backend.in_process:
         return backend.run_stack(target, tok, config, store=st)
