@@ -28,11 +28,11 @@
 # > timing goes through the engine (`workbench.engine.Engine`: static KV cache; on CUDA, CUDA graphs for the
 # > draft steps and the `k + 1`-token verify step) and the device-resident speculative loop
 # > (`workbench.spec.fast`: draft tokens sampled and fed back on the device, one host synchronization per
-# > step), the same code on the CPU and the GPU (`loop` column). On a CPU the times are indicative: CPU time
-# > of this process (robust to other jobs); the quantized self-drafts run dequantized weights, so their
-# > `c ≈ 1` and they cannot pay off there (theory agrees: `tau / (k + 1) < 1`); they show how alignment
-# > falls with bits, and the verify forward of `k + 1` tokens costs more than one decode step
-# > (`verify_cost` column). On a GPU the verify step costs about one decode step.
+# > step), the same code on the CPU and the GPU (`loop` column). On a CPU the times are CPU time of this
+# > process (robust to other jobs). Whether a draft can pay off here is measured, not assumed: `c` is its
+# > step cost against the target's on this device and kernel route, `verify_cost` what the `k + 1`-token
+# > verify step costs in decode steps, and the best-k table below gives the best speedup the measured alpha
+# > and c allow (below 1: do not speculate with this draft here).
 
 # %% tags=["parameters"]
 from workbench.params import env_list, env_str, study_size

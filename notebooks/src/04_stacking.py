@@ -54,8 +54,8 @@ print(cfg)
 #
 # The built-in SmolLM2-135M has no smaller sibling offline, so its default draft is the INT3 RTN self-draft
 # (`make_draft(model, "int3")`): fewer bits than either target (fp32, W4A16), so it stands apart from both; an INT4
-# self-draft would coincide with the W4A16 target (alpha = 1). On a CPU it runs dequantized, so its cost ratio c
-# is near 1 and speculative decoding cannot pay here; the what-if panel shows what a cheaper draft would do.
+# self-draft would coincide with the W4A16 target (alpha = 1). Whether it pays depends on its measured cost ratio c
+# (the table's `c`, from the kernels that ran it here); the what-if panel shows what a cheaper draft would do.
 
 # %%
 model, tok = load_model(MODEL, dtype=cfg.dtype, device=cfg.device)
@@ -72,7 +72,7 @@ print(load_note(st.load, st.config) or f"the baseline meets the SLOs at {st.conf
 # load columns are the simulator's at `table_load` × the baseline's capacity, at equal GPU count.
 
 # %%
-cols = ["label", "decode_tok_s", "ttft_ms", "e2e_ms", "alpha", "tau", "acceptance", "peak_mem_gb", "mem_source",
+cols = ["label", "decode_tok_s", "ttft_ms", "e2e_ms", "alpha", "tau", "c", "acceptance", "peak_mem_gb", "mem_source",
         "goodput_rps", "p99_ttft_ms", "p99_tpot_ms", "slo_capacity_rps", "n_gpus", "decode_speedup", "e2e_change"]
 wbn.table(st.table, columns=cols)
 

@@ -18,7 +18,7 @@ from workbench.stack.load import base_label, point_row
 
 __all__ = ["load_note", "multiplicativity", "slo_capacity_by_label", "stack_table", "whatif_batch1"]
 
-_B1 = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tok_s", "alpha", "tau", "acceptance", "spec_timing",
+_B1 = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tok_s", "alpha", "tau", "c", "acceptance", "spec_timing",
        "peak_mem_gb", "mem_source", "weight_gb")
 _LOAD = ("goodput_rps", "slo_attainment", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "rate")
 
