@@ -38,11 +38,6 @@ def setup(renderer: str = LIVE_RENDERER) -> None:
     pio.renderers.default = os.environ.get("WORKBENCH_PLOTLY_RENDERER", renderer)
 
 
-def smoke() -> bool:
-    """True when ``$WB_SMOKE`` is set (CI runs notebooks at smoke sizes)."""
-    return os.environ.get("WB_SMOKE", "0") not in ("", "0", "false", "False")
-
-
 class _Stream(io.TextIOBase):
     """A ``sys.stdout``/``sys.stderr`` stand-in that appends ``stream`` outputs to a shared list."""
 
