@@ -15,7 +15,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-__all__ = ["Panel", "fields", "fmt_number", "interactive_output", "panel", "record_outputs", "setup", "smoke",
+__all__ = ["Panel", "fields", "fmt_number", "interactive_output", "panel", "record_outputs", "setup",
            "table"]
 
 LIVE_RENDERER = "plotly_mimetype"
