@@ -148,7 +148,8 @@ def test_profile_and_loop_on_tiny_engine(tiny_engine):
     cost = CostModel.fit(prof)
     got = [cost.a, cost.b, cost.c, cost.d, cost.e, cost.f]
     np.testing.assert_allclose(got, [COST.a, COST.b, COST.c, COST.d, COST.e, COST.f], rtol=1e-6)
-    wl = generate_workload(WorkloadConfig(n_requests=6, rate=50.0, prompt=LengthDist("fixed", 16),
+    # arrivals every 5 ms on average against a 28 ms prefill: a queue builds, so the prefill batch limit binds
+    wl = generate_workload(WorkloadConfig(n_requests=8, rate=200.0, prompt=LengthDist("fixed", 16),
                                           output=LengthDist("uniform", low=1, high=8), seed=0))
     real = run_serving(eng, wl, max_prefill_batch=2, clock=eng.clock, sleep=eng.sleep)
     assert (real["output_len"] == wl.output_len).all() and (real["e2e_ms"] >= real["ttft_ms"]).all()
