@@ -23,6 +23,8 @@ import re
 
 import pandas as pd
 
+from workbench.pd.verdict import MAX_SIM_ERR_MEAN, unchecked_policy
+
 __all__ = ["BASE_PRECISIONS", "INT4_PRECISIONS", "MAX_SIM_ERR_MEAN", "PREDICTION_COLUMNS", "check_predictions",
            "draft_support", "hardware_matches", "prediction_label", "prediction_rows", "same_model",
            "sim_support"]
@@ -33,9 +35,6 @@ PREDICTION_COLUMNS = ("system", "backend", "model", "precision", "batch_size", "
 # of the workbench (bfloat16, W4A16), of AIConfigurator (float16, int4_wo) and of the quantizers (awq, gptq)
 BASE_PRECISIONS = frozenset({"bf16", "bfloat16", "fp16", "float16", "half"})
 INT4_PRECISIONS = frozenset({"w4a16", "int4", "int4wo", "w4a16awq", "w4a16gptq", "awq", "gptq"})
-# a simulator policy counts as checked when its largest error on the mean TTFT / TPOT / E2E of the real
-# run is at most this (the p99 error is reported beside it, not judged)
-MAX_SIM_ERR_MEAN = 0.25
 
 
 def _alnum(s) -> str:
@@ -81,24 +80,10 @@ def draft_support(c: float, acceptance: str, alpha: float | None = None) -> str 
 
 
 def sim_support(validated: dict | None, policies) -> tuple[str | None, str]:
-    """``(reason, note)`` for a verdict computed in the serving simulator with ``policies``:
-    ``reason`` (None when every policy is supported) says which policy was never checked against a
-    real server, or was checked and missed by more than :data:`MAX_SIM_ERR_MEAN`; ``note`` states
-    each checked policy's errors and source. ``validated``: ``{policy: (max_rel_err_mean,
-    max_rel_err_p99, source_file)}`` (fractions; :func:`workbench.claims.serving.sim_validation`)."""
-    validated = validated or {}
-    notes, reason = [], None
-    for pol in sorted(set(policies)):
-        if pol not in validated:
-            reason = reason or f"the simulator's {pol} mode was never checked against a real server"
-            continue
-        mean_err, p99_err, src = validated[pol]
-        notes.append(f"{pol} mode checked against a real run: mean within {mean_err:.0%}, p99 within "
-                     f"{p99_err:.0%} ({src})")
-        if not (math.isfinite(mean_err) and mean_err <= MAX_SIM_ERR_MEAN):
-            reason = reason or (f"the simulator's {pol} mode missed a real run's mean latency by {mean_err:.0%} "
-                                f"(more than {MAX_SIM_ERR_MEAN:.0%}; {src})")
-    return reason, "; ".join(notes)
+    """:func:`workbench.pd.verdict.unchecked_policy`: ``(reason, note)`` for a verdict computed in the
+    serving simulator with ``policies`` (``reason`` None when each was checked against a real server
+    within :data:`MAX_SIM_ERR_MEAN` on mean latencies)."""
+    return unchecked_policy(validated, policies)
 
 
 def check_predictions(df: pd.DataFrame) -> pd.DataFrame:
