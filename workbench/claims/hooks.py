@@ -134,7 +134,8 @@ def quant_memory(ev: dict, rec) -> Verdict:
     AWQ/GPTQ checkpoints keep them; or everything at 4 bits). Contradicted iff no recipe fits. The
     MMLU half needs ``ev["mmlu_drops"]`` = ``{"model", "per_tensor", "awq_g128", "source"}`` (drops in
     points) measured on the claimed model: then holds iff both drops are within 1.5 points of the
-    claim (about 3.5 standard errors of a difference of two full-MMLU accuracies, 14,042 questions);
+    claim (2.6 standard errors of the difference of two independent full-MMLU accuracies near 65%:
+    sqrt(2 x 0.65 x 0.35 / 14,042) = 0.57 points);
     without it, not testable here, saying which recipe the memory figure needs."""
     m, c = ev["arith"]["llama3_8b"], rec.claimed
     model = c.get("model", "llama-3-8b")
