@@ -57,13 +57,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def missing_browser(chromium: str = CHROMIUM) -> str | None:
+    """Why the browser tests cannot run here (None when they can): Playwright's Python package, its
+    driver (the Node.js program it ships) or the Chromium executable ``chromium`` is missing."""
+    try:
+        from playwright._impl._driver import compute_driver_executable
+    except ImportError:
+        return "playwright is not installed: pip install -r requirements/cpu.txt"
+    node, cli = compute_driver_executable()
+    for part in (node, cli):
+        if not Path(part).exists():
+            return f"Playwright's driver is missing ({part}): pip install --force-reinstall playwright"
+    if not Path(chromium).exists():
+        return f"no Chromium at {chromium}: apt-get install chromium (or set WB_CHROMIUM to its path)"
+    return None
+
+
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def chromium() -> str:
+    """The Chromium executable; every test that needs a browser skips here, with one message, without it."""
+    why = missing_browser()
+    if why:
+        pytest.skip(f"browser tests skipped: {why}")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def lab(chromium, tmp_path_factory):
     """A JupyterLab server on 127.0.0.1 over a copy of ``notebooks/*.ipynb`` (autosave off, so nothing is
     written back), kernels at smoke size; yields its base URL."""
-    pytest.importorskip("playwright.sync_api", reason="pip install playwright (pinned in requirements/cpu.txt)")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set WB_CHROMIUM)")
     tmp = tmp_path_factory.mktemp("lab")
     (tmp / "notebooks").mkdir()
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
@@ -104,12 +126,12 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+def browser(chromium, tmp_path_factory):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium, headless=True,
             args=FLAGS, viewport={"width": 1400, "height": 1000})
         yield ctx
         ctx.close()
@@ -245,3 +267,13 @@ def test_exported_report_works_offline_from_disk(browser, tmp_path):
     assert state["multiples"] == ["height = 1", "height = 2", "height = 3"]
     assert state["drawn"] == 4  # the figure and the panel's three small multiples
     assert state["progress"] == [[3, 3]]
+
+
+@pytest.mark.parametrize("setting, expect", [("chromium", "no Chromium at /nonexistent/chromium"),
+                                             ("node", "Playwright's driver is missing")])
+def test_missing_browser_names_the_fix(monkeypatch, setting, expect):
+    """What the skip says without Chromium or without Playwright's driver (a node path that is not there)."""
+    if setting == "node":
+        monkeypatch.setenv("PLAYWRIGHT_NODEJS_PATH", "/nonexistent/node")
+    why = missing_browser("/nonexistent/chromium")
+    assert why is not None and why.startswith(expect)

@@ -148,9 +148,18 @@ class ModelSpec:
 
         ``strict=True`` (the engine's forward, which must match HF exactly) raises ValueError for
         what this description does not capture: a ``model_type`` outside ``SUPPORTED_MODEL_TYPES``,
-        MLP biases, sliding-window attention, an odd ``head_dim`` (RoPE rotates pairs)."""
+        MLP biases, sliding-window attention, an odd ``head_dim`` (RoPE rotates pairs). Either way a
+        config without the Llama-family fields (GPT-2's ``n_inner`` instead of ``intermediate_size``)
+        raises ValueError naming its ``model_type``, the missing fields and the supported families."""
         if strict:
             _check_exact(config)
+        missing = [f for f in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+                               "vocab_size") if getattr(config, f, None) is None]
+        if missing:
+            raise ValueError(f"model_type={getattr(config, 'model_type', None)!r}: the config has no {missing}; the "
+                             "workbench describes Llama-family decoders (GQA, SwiGLU MLP, RMSNorm, RoPE) as "
+                             f"{SUPPORTED_MODEL_TYPES} configs write them: load a model of those families "
+                             "(e.g. 'smollm2-135m', 'Qwen/Qwen2-0.5B')")
         n_heads = int(config.num_attention_heads)
         head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // n_heads)
         if strict and head_dim % 2:

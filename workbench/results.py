@@ -361,6 +361,17 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
             tmp.unlink()
 
 
+def _check_writable(root: Path) -> None:
+    """Write and remove a temp file in ``root``; OSError naming the folder and the fix if that fails."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _atomic_write(probe := root / f".write-check.{secrets.token_hex(4)}", lambda f: None)
+        probe.unlink()
+    except OSError as e:
+        raise OSError(f"the results folder {root} cannot be written ({type(e).__name__}: {e}); set WORKBENCH_RESULTS "
+                      "to a writable folder or pass root=") from None
+
+
 def _run_record(prov: dict) -> dict:
     rec = {k: v for k, v in prov.items() if k != "_t0"}
     if prov.get("_t0") is not None:
@@ -458,7 +469,8 @@ def sweep(name: str, configs: Iterable[Any], fn: Callable[[Any], pd.DataFrame | 
 
     Returns the rows of the requested points under this identity (earlier runs' rows included), in
     config order; :func:`load_results` gives every row. Raises ValueError for an unusable name or a
-    row that carries a store column.
+    row that carries a store column, OSError (before any point is computed) for a results folder
+    that cannot be written.
     """
     from tqdm.auto import tqdm
 
@@ -473,6 +485,8 @@ def sweep(name: str, configs: Iterable[Any], fn: Callable[[Any], pd.DataFrame | 
     done, _ = _read(root, name)
     have = set(done["point_key"].dropna()) if "point_key" in done else set()
     todo = [(pk, cfg, ck) for pk, (cfg, ck) in points.items() if pk not in have]
+    if todo:
+        _check_writable(root)
     for pk, cfg, ck in tqdm(todo, desc=name, disable=not progress or not todo):
         rows = fn(cfg)
         rows = pd.DataFrame([rows]) if isinstance(rows, dict) else rows.copy()

@@ -88,7 +88,12 @@ class VllmCode:
     # -- /metrics -------------------------------------------------------------------------------
     def metrics_text(self, steps, k: int, model_name: str = "target", engines: int = 1) -> str:
         """Prometheus text after ``steps`` = [(engine, num_draft_tokens, num_accepted)], as the server
-        exposes it: vLLM's ``SpecDecodingStats.observe_draft`` + ``SpecDecodingProm.observe``."""
+        exposes it: vLLM's ``SpecDecodingStats.observe_draft`` + ``SpecDecodingProm.observe``. Each call
+        is a fresh server (new counters, new ``_created`` times)."""
+        return self.metrics_scrapes(steps, k, [len(steps)], model_name, engines)[0]
+
+    def metrics_scrapes(self, steps, k: int, at, model_name: str = "target", engines: int = 1) -> list[str]:
+        """The texts one server exposes when scraped after the first ``n`` steps, for each ``n`` in ``at``."""
         import prometheus_client
 
         reg = prometheus_client.CollectorRegistry()
@@ -96,11 +101,16 @@ class VllmCode:
                         {"_counter_cls": functools.partial(prometheus_client.Counter, registry=reg)})
         per_engine = {i: [model_name, str(i)] for i in range(engines)}
         prom = prom_cls(types.SimpleNamespace(num_speculative_tokens=k), ["model_name", "engine"], per_engine)
-        for engine, drafted, accepted in steps:
-            stats = self.ns["SpecDecodingStats"].new(k)
-            stats.observe_draft(drafted, accepted)
-            prom.observe(stats, engine)
-        return prometheus_client.generate_latest(reg).decode()
+        texts = []
+        for i in range(len(steps) + 1):
+            if i in at:
+                texts.append(prometheus_client.generate_latest(reg).decode())
+            if i < len(steps):
+                engine, drafted, accepted = steps[i]
+                stats = self.ns["SpecDecodingStats"].new(k)
+                stats.observe_draft(drafted, accepted)
+                prom.observe(stats, engine)
+        return texts
 
     def fetch_spec_decode_metrics(self, text: str):
         """vLLM's own reader of ``/metrics`` (``vllm bench serve``), on ``text``."""
@@ -213,8 +223,7 @@ def bh():
 def samples(code: VllmCode) -> dict[str, str]:
     """The committed sample files (``data/vllm-<version>_*``): /metrics scraped after 100 and after all
     300 planted steps, and the bench JSON of the planted requests with the spec-decoding window."""
-    before = code.metrics_text(PLANTED_STEPS[:100], k=4, engines=2)
-    after = code.metrics_text(PLANTED_STEPS, k=4, engines=2)
+    before, after = code.metrics_scrapes(PLANTED_STEPS, k=4, at=(100, len(PLANTED_STEPS)), engines=2)
     bench = code.bench_result(planted_requests(), 3.3, goodput={"ttft": 150.0, "tpot": 25.0},
                               metrics_before=before, metrics_after=after)
     v = code.src.version

@@ -248,3 +248,32 @@ def test_imported_model_runs_on_the_engine(tmp_path, bh):
     eng = Engine.from_hf(got, max_batch=2, max_seq=32)
     logits = eng.extend_batch(torch.arange(2), ids)
     assert torch.allclose(logits, _logits(got, ids), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.reference
+def test_llmcompressor_mixed_bit_widths_import_per_layer(tmp_path, bh):
+    """Two config groups (every Linear at INT4 g32, the MLP down projections at INT8 per channel) written by
+    llm-compressor's oneshot: each layer is imported at its own group's width, chosen as compressed-tensors
+    does (exact name, then regex, then class name), and the logits equal llm-compressor's model's. Reading
+    every layer with the first group's width gave logits off by tens and a wrong single-scheme label."""
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from llmcompressor import oneshot
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from transformers import LlamaForCausalLM
+
+    bh.tiny_llama().save_pretrained(tmp_path / "fp")
+    m = LlamaForCausalLM.from_pretrained(tmp_path / "fp").eval()
+    groups = {"group_0": QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(
+                  num_bits=4, type="int", symmetric=False, strategy="group", group_size=32)),
+              "group_1": QuantizationScheme(targets=["re:.*down_proj$"], weights=QuantizationArgs(
+                  num_bits=8, type="int", symmetric=False, strategy="channel"))}
+    oneshot(model=m, recipe=QuantizationModifier(config_groups=groups, ignore=["lm_head"]))
+    x = bh.calib_ids(2, 24, seed=3)
+    ref = _logits(m, x)
+    m.save_pretrained(tmp_path / "q", save_compressed=True)
+    got, _ = load_quantized(tmp_path / "q")
+    bits = {n: mod.bits for n, mod in got.named_modules() if isinstance(mod, QuantLinear)}
+    assert bits["model.layers.0.mlp.down_proj"] == 8 and bits["model.layers.1.self_attn.q_proj"] == 4
+    assert sorted(set(bits.values())) == [4, 8] and len(bits) == 14
+    assert torch.allclose(_logits(got, x), ref, rtol=1e-5, atol=1e-5)
+    assert got.workbench_quant_config is None  # no single scheme describes the model: no single label

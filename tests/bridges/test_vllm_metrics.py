@@ -164,3 +164,34 @@ def test_sim_vs_vllm_table_and_figure():
     assert {t.name for t in fig.data} == {"vLLM", "simulator"} and len(fig.data) % 2 == 0
     with pytest.raises(ValueError, match="one-row"):
         compare_sim_vllm(pd.concat([sim, sim]), vl)
+
+
+def test_spec_delta_refuses_a_server_restart(vllm_code, bh):
+    """Two scrapes with a restart between them: after - before is not the window. A restart that left the
+    counters lower (negative counts with plausible ratios) and one that left them higher (only the
+    counters' _created times show it) both raise, naming the restart; one server's scrapes do not."""
+    before, after = vllm_code.metrics_scrapes(bh.PLANTED_STEPS, k=4, at=(100, 300), engines=2)
+    assert spec_metrics_delta(before, after).iloc[0]["num_drafts"] == 200
+    lower = vllm_code.metrics_text(bh.PLANTED_STEPS[:50], k=4, engines=2)  # a new server, fewer steps so far
+    with pytest.raises(ValueError, match=r"server restarted between the two /metrics scrapes: counters "):
+        spec_metrics_delta(before, lower)
+    higher = vllm_code.metrics_text(bh.PLANTED_STEPS, k=4, engines=2)  # a new server that has done more
+    with pytest.raises(ValueError, match=r"restarted .* counters recreated \(vllm:spec_decode_num_"):
+        spec_metrics_delta(before, higher)
+    with pytest.raises(ValueError, match=r"counters went down \(num_drafts 100 -> 50"):
+        spec_metrics_delta(_drop_created(before), _drop_created(lower))
+
+
+def _drop_created(text: str) -> str:
+    """The text without its _created samples (an exporter that does not expose them)."""
+    return "".join(ln for ln in text.splitlines(keepends=True) if "_created" not in ln)
+
+
+def test_truncated_bench_json_names_the_file(tmp_path):
+    text = (DATA / "vllm-0.33.0_bench_serve.json").read_text()
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=rf"{cut}: not valid JSON at line 1, column \d+ .*truncated"):
+        read_bench_serve(cut)
+    with pytest.raises(ValueError, match=rf"{cut}: not valid JSON"):
+        bench_serve_requests(cut)

@@ -50,6 +50,10 @@ def test_evaluate_without_measurements():
 
     ev = {"arith": memory_arithmetic(), "vocab": dict(PUBLISHED_VOCAB)}
     df = evaluate(ev).set_index("id")
-    assert df.loc[7, "verdict"] == CONTRADICTED and df.loc[2, "verdict"] == CONTRADICTED
-    assert (df.loc[[1, 5, 8, 9, 11, 12, 13, 14], "verdict"] == NOT_TESTABLE).all()
-    assert list(df.columns) == ["claim", "source", "claimed", "measured", "verdict", "why", "measurement", "not_tested"]
+    # claim 7's +25% is within its 2 points of +27% (this test once pinned "contradicted": a float-rounding flip);
+    # claim 2's MMLU half is not measured, and its memory half fits one recipe only
+    assert df.loc[7, "verdict"] == HOLDS and df.loc[7, "basis"] == "arithmetic"
+    assert (df.loc[[1, 2, 5, 8, 9, 11, 12, 13, 14], "verdict"] == NOT_TESTABLE).all()
+    assert (df.loc[[1, 2, 5, 8, 9, 11, 12, 13, 14], "basis"] == "").all()
+    assert list(df.columns) == ["claim", "source", "claimed", "measured", "verdict", "basis", "why", "measurement",
+                                "not_tested"]

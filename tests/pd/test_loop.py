@@ -98,24 +98,66 @@ def tiny_engine():
     return Engine.from_config(cfg, max_batch=4, max_seq=96, device="cpu")
 
 
+class ClockedEngine:
+    """The tiny Engine (its real forward, KV slots and argmax) whose every step is charged ``COST``'s time on
+    a virtual clock, as :class:`FakeRunner` charges it: the profile, the fit, the serving loop and the
+    simulator then have one known answer, while every token goes through the engine."""
+
+    def __init__(self, engine):
+        self.engine, self.now, self.steps = engine, 0.0, 0
+
+    def __getattr__(self, name):  # max_batch, max_seq, vocab_size, device, lengths, truncate_slot, ...
+        return getattr(self.engine, name)
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, dt):
+        self.now += dt
+
+    def extend_batch(self, slots, tokens, n_valid=None):
+        slots = torch.as_tensor(slots)
+        b, t = tokens.shape
+        nv = torch.full((b,), t) if n_valid is None else torch.as_tensor(n_valid)
+        cached = self.engine.lengths()[slots]
+        if t == 1 and bool((cached > 0).all()):
+            ms = COST.decode_ms(b, int(cached.sum()))
+        else:
+            ms = COST.prefill_ms(int(nv.sum()), int((nv * nv).sum()))
+        self.now += float(ms) / 1e3
+        self.steps += 1
+        return self.engine.extend_batch(slots, tokens, n_valid)
+
+
 def test_profile_and_loop_on_tiny_engine(tiny_engine):
+    """The real engine on COST's virtual clock: the profile holds every configured point once with COST's
+    times; CostModel.fit recovers COST's six coefficients; the serving loop serves every request its
+    output length, and the simulator with the fitted costs reproduces its TTFT, TPOT and E2E to rounding."""
+    eng = ClockedEngine(tiny_engine)
     pcfg = ProfileConfig(prompt_lens=(8, 32, 64), prefill_batches=(1, 2), decode_batches=(1, 2, 4),
                          context_lens=(8, 64), repeats=2, warmup=1)
-    prof = run_profile(tiny_engine, pcfg)
-    assert len(prof) == 3 * 2 + 3 * 2 and (prof["ms"] > 0).all()
-    dec = prof[prof["phase"] == "decode"]
-    assert (dec["kv_tokens"] == dec["batch"] * dec["seq_len"]).all()
+    prof = run_profile(eng, pcfg, clock=eng.clock)
+    want = {("prefill", b, L) for b in (1, 2) for L in (8, 32, 64)} | {("decode", b, L) for b in (1, 2, 4) for L in (8, 64)}
+    assert set(zip(prof["phase"], prof["batch"], prof["seq_len"])) == want and len(prof) == len(want)
+    pre, dec = prof[prof["phase"] == "prefill"], prof[prof["phase"] == "decode"]
+    assert (pre["n_tokens"] == pre["batch"] * pre["seq_len"]).all() and (pre["attn_sq"] == pre["n_tokens"] * pre["seq_len"]).all()
+    assert (dec["kv_tokens"] == dec["batch"] * dec["seq_len"]).all() and (dec["n_tokens"] == dec["batch"]).all()
+    np.testing.assert_allclose(pre["ms"], COST.prefill_ms(pre["n_tokens"], pre["attn_sq"]), rtol=1e-9)
+    np.testing.assert_allclose(dec["ms"], COST.decode_ms(dec["batch"], dec["kv_tokens"]), rtol=1e-9)
+    assert (prof["ms_iqr"].abs() < 1e-9).all() and (prof["repeats"] == 2).all()
     cost = CostModel.fit(prof)
-    wl = generate_workload(WorkloadConfig(n_requests=6, rate=50.0, prompt=LengthDist("fixed", 16),
+    got = [cost.a, cost.b, cost.c, cost.d, cost.e, cost.f]
+    np.testing.assert_allclose(got, [COST.a, COST.b, COST.c, COST.d, COST.e, COST.f], rtol=1e-6)
+    # arrivals every 5 ms on average against a 28 ms prefill: a queue builds, so the prefill batch limit binds
+    wl = generate_workload(WorkloadConfig(n_requests=8, rate=200.0, prompt=LengthDist("fixed", 16),
                                           output=LengthDist("uniform", low=1, high=8), seed=0))
-    real = run_serving(tiny_engine, wl, max_prefill_batch=2)
-    assert (real["output_len"] == wl.output_len).all()
-    assert (real["e2e_ms"] >= real["ttft_ms"]).all() and (real["ttft_ms"] > 0).all()
+    real = run_serving(eng, wl, max_prefill_batch=2, clock=eng.clock, sleep=eng.sleep)
+    assert (real["output_len"] == wl.output_len).all() and (real["e2e_ms"] >= real["ttft_ms"]).all()
     for row in real.itertuples():
         assert len(row.itl_ms) == row.output_len - 1
         assert sum(row.itl_ms) == pytest.approx(row.e2e_ms - row.ttft_ms, abs=1e-6)
-    cmp = compare_to_sim(real, wl, cost, sim_config_for(tiny_engine, max_prefill_batch=2))
-    assert set(cmp["metric"]) >= {"mean_ttft_ms", "p99_tpot_ms"} and np.isfinite(cmp["sim"]).all()
+    cmp = compare_to_sim(real, wl, cost, sim_config_for(eng, max_prefill_batch=2))
+    assert cmp["err_pct"].notna().all() and np.abs(cmp["err_pct"]).max() < 1e-6, cmp
 
 
 def test_profile_rejects_small_runner(tiny_engine):

@@ -76,9 +76,34 @@ def test_simulated_win_of_twice_the_instances():
     deps = {"colocated x1": SimConfig(n_instances=1), "colocated x2": SimConfig(n_instances=2)}
     _, summary = sweep_grid(wl, deps, cost, [2.0, 20.0], SLO(ttft_ms=300, tpot_ms=30))
     assert summary["good_batches"].map(len).eq(30).all()
-    v = compare_deployments(summary, "colocated x1", "colocated x2")
+    v = compare_deployments(summary, "colocated x1", "colocated x2", validated_policies=CHECKED)
     assert v.winner == "colocated x2" and v.rate == 20.0, v.table
     assert v.table["winner"].tolist() == ["no difference", "colocated x2"]  # at 2 req/s both meet every SLO
+
+
+CHECKED = {"colocated": (0.1, 0.16, "compare.csv")}  # the colocated mode, checked against a real run
+
+
+def test_simulated_verdict_needs_its_policies_checked_against_a_real_server():
+    """The same simulated comparison with no policy checked (the default), with colocated checked but
+    disaggregated not, and with a check that missed by 40%: no winner, "not testable here" and why; the
+    table of differences is still there. A hand-made (measured) summary has no policy column: judged."""
+    cost = CostModel(a=5.0, b=0.05, c=0.0, d=8.0, e=0.3, f=0.001)
+    wl = {"chat": WorkloadConfig(600, prompt=LengthDist("uniform", low=50, high=400),
+                                 output=LengthDist("uniform", low=10, high=60), seed=2)}
+    deps = {"colocated x1": SimConfig(n_instances=1), "colocated x2": SimConfig(n_instances=2),
+            "disaggregated 1P+1D": SimConfig(policy="disaggregated", n_prefill=1, n_decode=1)}
+    _, summary = sweep_grid(wl, deps, cost, [2.0, 20.0], SLO(ttft_ms=300, tpot_ms=30))
+    v = compare_deployments(summary, "colocated x1", "colocated x2")
+    assert v.winner is None and len(v.table) == 2
+    assert v.text.startswith("not testable here: the simulator's colocated mode was never checked against a real "
+                             "server (simulated: largest difference +")
+    v = compare_deployments(summary, "colocated x2", "disaggregated 1P+1D", validated_policies=CHECKED)
+    assert v.winner is None and v.text.startswith("not testable here: the simulator's disaggregated mode was never")
+    off = {"colocated": (0.4, 0.5, "compare.csv")}
+    assert "missed a real run's mean latency by 40%" in compare_deployments(
+        summary, "colocated x1", "colocated x2", validated_policies=off).text
+    assert compare_deployments(summary.drop(columns="policy"), "colocated x1", "colocated x2").winner == "colocated x2"
 
 
 def test_good_batch_means_in_arrival_order():

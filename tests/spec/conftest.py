@@ -30,8 +30,9 @@ def batched_speculative_markov(p_logits, q_logits, n_trials: int, n_tokens: int,
 
     ``impl``: ``"reference"`` (``sampling.sample`` for drafts, ``rejection.rejection_sample``) or
     ``"device"`` (``fast.sample_from_logits``, ``fast.rejection_sample_fast`` on the logits).
-    ``mutate(out, n, x, p, g) -> (out, n)``: a planted bug applied to each verification
-    (``x`` [B, k] drafts, ``p`` [B, k+1, V] the warped target distributions)."""
+    ``mutate(out, n, x, q, p, g) -> (out, n)``: a planted bug applied to each verification
+    (``x`` [B, k] drafts; ``q``, ``p`` [B, k+1, V] the warped draft and target distributions at the k
+    drafted positions and the bonus position; ``out``, ``n`` the correct sampler's output)."""
     g = torch.Generator().manual_seed(seed)
     P = probs_from_logits(p_logits, temperature, top_p)  # [V, V]
     Q = probs_from_logits(q_logits, temperature, top_p)
@@ -60,7 +61,7 @@ def batched_speculative_markov(p_logits, q_logits, n_trials: int, n_tokens: int,
         else:
             out, n = rejection_sample(x, q, P[ctx], g)
         if mutate is not None:
-            out, n = mutate(out, n, x, P[ctx], g)
+            out, n = mutate(out, n, x, Q[ctx], P[ctx], g)
         for j in range(k + 1):
             m = active & (j <= n)
             seqs[rows[m], lengths[m] + j] = out[m, j]

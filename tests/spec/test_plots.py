@@ -66,5 +66,18 @@ def test_theory_curve_pools_alpha_over_tested_tokens(toy):
 
 
 def test_distill_plot():
-    curve = pd.DataFrame({"step": [0, 10], "kl": [5.0, 2.0], "alpha_pred": [0.1, 0.4], "greedy_match": [0.0, 0.3]})
-    assert next(t.name for t in plots.plot_distill(curve).data).startswith("KL")
+    """Each column of the distillation curve on its own trace and axis: KL (nats, log axis, left), predicted
+    alpha and greedy match (fractions, right axis fixed to [0, 1]); the greedy trace only when the curve has it."""
+    curve = pd.DataFrame({"step": [0, 10, 20], "kl": [5.0, 2.0, 0.5], "alpha_pred": [0.1, 0.4, 0.7],
+                          "greedy_match": [0.0, 0.3, 0.6]})
+    fig = plots.plot_distill(curve)
+    traces = {t.name: t for t in fig.data}
+    assert list(traces) == ["KL(p||q) held out [nats]", "predicted alpha (T=1)", "greedy match"]
+    for name, col in zip(traces, ("kl", "alpha_pred", "greedy_match")):
+        assert list(traces[name].x) == [0, 10, 20] and list(traces[name].y) == curve[col].tolist(), name
+    assert [traces[n].yaxis or "y" for n in traces] == ["y", "y2", "y2"]  # (None: the primary axis)
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.title.text == "KL [nats/token]"
+    assert list(fig.layout.yaxis2.range) == [0, 1] and fig.layout.xaxis.title.text == "training step"
+    assert 0.5 in fig.layout.yaxis.tickvals and 5 in fig.layout.yaxis.tickvals  # readable ticks over the KL data
+    without = plots.plot_distill(curve.drop(columns="greedy_match"))
+    assert [t.name for t in without.data] == ["KL(p||q) held out [nats]", "predicted alpha (T=1)"]

@@ -8,9 +8,13 @@ against the target's exact joint. The window is longer than K, so the bonus toke
 accepted first step (position 4) and the tokens of the second step are inside it. Cells whose
 expected count is below 5 are pooled into one (29 of 256 at T = 0.7, minimum 0.77). Threshold:
 p > 0.01 for the correct samplers (the seeds are fixed, so the test is deterministic; measured
-p = 0.21-0.50). Power: each planted bug of ``MUTANTS`` must give p < 1e-6; measured p < 1e-300 for
-each (bonus drawn uniformly, bonus drawn from p_k instead of p_{k+1}, every draft accepted). With
-the bonus outside the window (K = N_TOKENS = 3) the first two pass: p = 0.12 and 0.60.
+p = 0.21-0.50). Power: each planted bug of ``MUTANTS`` must give p < 1e-6 at every (temperature, top-p)
+of ``SETTINGS``: bonus drawn uniformly, bonus drawn from p_k instead of p_{k+1}, every draft accepted,
+and the two classic bugs, bonus drawn from the draft's q_{k+1} and acceptance with min(1, q / p)
+instead of min(1, p / q). Measured: at top-p 1 (T = 1 and 0.7) chi-square statistics of 3,070-118,079
+on about 230 cells (p < 1e-300); at top-p 0.8 every mutant also emits sequences the target cannot
+(411-8,052 of 30,000; p = 0 exactly). With the bonus outside the window (K = N_TOKENS = 3) the first
+two pass at T = 1: p = 0.12 and 0.60.
 """
 
 import pytest
@@ -27,34 +31,65 @@ def _pvalue(toy, tokens, p_logits, temperature, top_p):
     idx = (tokens * V ** torch.arange(N_TOKENS - 1, -1, -1)).sum(-1)
     observed = torch.bincount(idx, minlength=V ** N_TOKENS).numpy()
     expected = toy.markov_joint(p_logits, N_TOKENS, temperature, top_p).numpy()
+    if observed[expected == 0].sum():  # a sequence the target cannot emit (outside top-p): impossible under H0
+        return 0.0
     return toy.chi2_pvalue(observed, expected)
 
 
-def bonus_uniform(out, n, x, p, g):
+def bonus_uniform(out, n, x, q, p, g):
     """Planted bug: after k acceptances the bonus is uniform over the vocabulary, not from p_{k+1}."""
     out, full = out.clone(), n == x.shape[1]
     out[full, x.shape[1]] = torch.randint(0, p.shape[-1], (int(full.sum()),), generator=g)
     return out, n
 
 
-def bonus_wrong_position(out, n, x, p, g):
+def bonus_wrong_position(out, n, x, q, p, g):
     """Planted bug: after k acceptances the bonus is drawn from p_k (the last draft's position)."""
     out, full, k = out.clone(), n == x.shape[1], x.shape[1]
     out[full, k] = torch.multinomial(p[full, k - 1], 1, generator=g).squeeze(-1)
     return out, n
 
 
-def accept_all(out, n, x, p, g):
+def accept_all(out, n, x, q, p, g):
     """Planted bug: every draft accepted (the output then follows the draft), bonus from p_{k+1}."""
     bonus = torch.multinomial(p[:, x.shape[1]], 1, generator=g)
     return torch.cat([x, bonus], 1), torch.full_like(n, x.shape[1])
 
 
-MUTANTS = [bonus_uniform, bonus_wrong_position, accept_all]
+def bonus_from_draft(out, n, x, q, p, g):
+    """Planted bug (classic): after k acceptances the bonus is drawn from the draft's q_{k+1}, not the
+    target's p_{k+1}."""
+    out, full, k = out.clone(), n == x.shape[1], x.shape[1]
+    out[full, k] = torch.multinomial(q[full, k], 1, generator=g).squeeze(-1)
+    return out, n
+
+
+def accept_q_over_p(out, n, x, q, p, g):
+    """Planted bug (classic): draft i is accepted with probability min(1, q(x_i) / p(x_i)), the ratio upside
+    down (Leviathan et al. 2023, Algorithm 1 accepts with min(1, p / q)); the rest as the correct rule: a
+    rejection resamples from norm(max(0, p - q)), k acceptances take the bonus from p_{k+1}."""
+    B, k = x.shape
+    qx = q[:, :k].gather(-1, x[..., None]).squeeze(-1)
+    px = p[:, :k].gather(-1, x[..., None]).squeeze(-1)
+    ok = torch.rand(B, k, generator=g) * px < qx  # u < q / p
+    n = ok.long().cumprod(1).sum(1)  # leading acceptances
+    out = torch.full((B, k + 1), PLACEHOLDER, dtype=torch.long)
+    rows = torch.arange(B)
+    for j in range(k):
+        out[n > j, j] = x[n > j, j]
+    resid = (p[rows, n.clamp(max=k - 1)] - q[rows, n.clamp(max=k - 1)]).clamp_min(0)
+    resid = torch.where(resid.sum(-1, keepdim=True) > 0, resid, p[rows, n.clamp(max=k - 1)])
+    dist = torch.where((n == k)[:, None], p[:, k], resid)
+    out[rows, n] = torch.multinomial(dist, 1, generator=g).squeeze(-1)
+    return out, n
+
+
+MUTANTS = [bonus_uniform, bonus_wrong_position, accept_all, bonus_from_draft, accept_q_over_p]
+SETTINGS = [(1.0, 1.0), (0.7, 1.0), (1.0, 0.8), (0.7, 0.8)]  # (temperature, top_p)
 
 
 @pytest.mark.parametrize("impl", ["reference", "device"])
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.8), (0.7, 0.8)])
+@pytest.mark.parametrize("temperature,top_p", SETTINGS)
 def test_output_distribution_matches_target(toy, impl, temperature, top_p):
     p_logits, q_logits = toy.markov_tables(V, seed=1)
     tokens = toy.batched_speculative_markov(p_logits, q_logits, N_TRIALS, N_TOKENS, K, temperature, top_p,
@@ -63,12 +98,15 @@ def test_output_distribution_matches_target(toy, impl, temperature, top_p):
     assert _pvalue(toy, tokens, p_logits, temperature, top_p) > 0.01
 
 
+@pytest.mark.parametrize("temperature,top_p", SETTINGS)
 @pytest.mark.parametrize("mutate", MUTANTS, ids=lambda f: f.__name__)
-def test_planted_bugs_are_detected(toy, mutate):
-    """Power check: the same test, same seeds, on each planted bug."""
+def test_planted_bugs_are_detected(toy, mutate, temperature, top_p):
+    """Power check: the same test, same seeds, on each planted bug, at every temperature and top-p the
+    samplers are tested at."""
     p_logits, q_logits = toy.markov_tables(V, seed=1)
-    tokens = toy.batched_speculative_markov(p_logits, q_logits, N_TRIALS, N_TOKENS, K, 1.0, seed=2, mutate=mutate)
-    assert _pvalue(toy, tokens, p_logits, 1.0, 1.0) < 1e-6
+    tokens = toy.batched_speculative_markov(p_logits, q_logits, N_TRIALS, N_TOKENS, K, temperature, top_p, seed=2,
+                                            mutate=mutate)
+    assert _pvalue(toy, tokens, p_logits, temperature, top_p) < 1e-6
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.8)])

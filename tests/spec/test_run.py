@@ -1,5 +1,6 @@
 """run_spec / summarize_spec on a tiny target with two drafts (itself and an unrelated model)."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -20,12 +21,33 @@ def results(toy):
 
 
 def test_rows_and_columns(results):
-    assert len(results) == 3 * 2 * 3
-    for col in ("k", "temperature", "policy", "draft", "category", "alpha", "tau", "kl_pq", "alpha_pred",
-                "c", "speedup", "tokens_per_step", "accepted_per_pos", "tested_per_pos"):
-        assert col in results.columns
-    assert (results.n_new == 12).all()
-    assert (results.c > 0).all() and (results.speedup > 0).all()
+    """One row per (prompt, draft, config), each row's counters consistent with its per-step lists and with
+    the definitions (vLLM: tau = 1 + accepted / drafts, bonus token included; draft acceptance rate =
+    accepted / drafted; alpha = accepted / tested), ratios equal to the times they are made of, the prompt's
+    fields carried over, and the self draft's greedy steps known exactly (k + 1 tokens each)."""
+    keys = ["prompt_id", "draft", "k", "temperature", "policy"]
+    assert len(results) == 3 * 2 * 3 and not results.duplicated(keys).any()
+    assert results.groupby("prompt_id")["category"].first().to_dict() == {0: "a", 1: "a", 2: "b"}
+    assert results.groupby("prompt_id")["n_prompt"].first().to_dict() == {0: 3, 1: 2, 2: 4}
+    assert (results.n_new == 12).all() and set(results.loop) == {"device"}
+    assert set(results.target_runner) == {"engine"} and set(results.draft_runner) == {"engine"}
+    for r in results.itertuples():
+        steps, drafted = np.asarray(r.tokens_per_step), np.asarray(r.draft_tokens_per_step)
+        assert r.num_drafts == len(steps) == len(drafted)
+        assert r.num_draft_tokens == drafted.sum() == sum(r.drafted_per_pos)
+        assert r.num_accepted_tokens == sum(r.accepted_per_pos) == steps.sum() - r.num_drafts  # 1 bonus per step
+        assert r.num_rejections == sum(r.tested_per_pos) - r.num_accepted_tokens
+        assert ((steps >= 1) & (steps <= drafted + 1)).all()
+        assert steps[:-1].sum() < r.n_new <= steps.sum()  # the last step reaches max_new_tokens
+        assert r.tau == pytest.approx(1 + r.num_accepted_tokens / r.num_drafts)
+        assert r.draft_acceptance_rate == pytest.approx(r.num_accepted_tokens / r.num_draft_tokens)
+        assert r.alpha == pytest.approx(r.num_accepted_tokens / (r.num_accepted_tokens + r.num_rejections))
+        assert r.draft_step_s == pytest.approx(r.draft_s / r.num_draft_tokens)
+        assert r.c == pytest.approx(r.draft_step_s / r.baseline_tpot_s) and r.c > 0
+        assert r.speedup == pytest.approx(r.baseline_tpot_s / r.spec_tpot_s) and r.speedup > 0
+        assert r.spec_tpot_s == pytest.approx(r.spec_decode_s / r.n_new)
+    greedy_self = results[(results.draft == "self") & (results.temperature == 0)]
+    assert greedy_self.tokens_per_step.map(list).tolist() == [[3, 3, 3, 3]] * 3
 
 
 def test_self_draft_is_perfect(results):

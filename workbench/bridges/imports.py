@@ -75,22 +75,34 @@ def _pop_module(tensors: dict, prefix: str) -> dict:
 
 
 def _ct_layers(tensors: dict, qc: dict) -> dict[str, tuple[QuantTensors, torch.Tensor | None]]:
-    """compressed-tensors: one scheme per config group; a module is quantized iff it has its tensors."""
+    """compressed-tensors: each module takes the scheme of its config group, chosen as
+    compressed-tensors' ``apply_quantization_config`` chooses it (``match_targets``: an exact module
+    name first, then a regex, then the class name ``Linear``; a later group's identical target
+    replaces an earlier one's), so groups of different bit widths import per layer. A module is
+    quantized iff it has its tensors; ValueError names the modules no group targets."""
     from compressed_tensors.quantization import QuantizationConfig
-    from compressed_tensors.utils.match import match_name
+    from compressed_tensors.utils.match import match_targets
 
     cfg = QuantizationConfig.model_validate(qc)
     if cfg.format not in ("pack-quantized", "int-quantized", "mixed-precision"):
         raise ValueError(f"compressed-tensors format {cfg.format!r} is not supported (pack-quantized, int-quantized)")
-    groups = [(g.targets, g.weights, g.format or cfg.format) for g in cfg.config_groups.values()]
+    target_to_group = {t: g for g in cfg.config_groups.values() for t in g.targets}
+    linear = torch.nn.Linear(1, 1, bias=False, device="meta")  # every quantized tensor here is a Linear's
     names = sorted({k.rsplit(".", 1)[0] for k in tensors if k.endswith((".weight_packed", ".weight_scale"))})
-    out = {}
+    out, unmatched = {}, []
     for name in names:
-        match = [(w, f) for targets, w, f in groups if any(t == "Linear" or match_name(name, t) for t in targets)]
-        if not match or match[0][0] is None:
+        targets = match_targets(name, linear, list(target_to_group))
+        if not targets:
+            unmatched.append(name)
+            continue
+        group = target_to_group[targets[0]]
+        if group.weights is None:
             continue
         local = _pop_module(tensors, name)
-        out[name] = (from_compressed_tensors(local, match[0][0], match[0][1]), local.get("bias"))
+        out[name] = (from_compressed_tensors(local, group.weights, group.format or cfg.format), local.get("bias"))
+    if unmatched:
+        raise ValueError(f"compressed-tensors: no config group targets {unmatched[:5]} (targets "
+                         f"{sorted(target_to_group)}); the checkpoint's quantization_config does not describe them")
     return out
 
 

@@ -52,7 +52,8 @@ _PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "star
 
 def _load(path_or_obj) -> list[dict]:
     """One dict per result: a dict, a list of dicts, or a file (``--append-result`` joins JSON objects
-    with newlines)."""
+    with newlines). ValueError naming the file, the line and column for a file that is not JSON (a
+    truncated run: ``vllm bench serve`` killed while writing)."""
     if isinstance(path_or_obj, dict):
         return [path_or_obj]
     if isinstance(path_or_obj, list):
@@ -63,7 +64,12 @@ def _load(path_or_obj) -> list[dict]:
         if text[i].isspace():
             i += 1
             continue
-        obj, i = dec.raw_decode(text, i)
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path_or_obj}: not valid JSON at line {e.lineno}, column {e.colno} ({e.msg}); the "
+                             "file is truncated or not `vllm bench serve --save-result` output: rerun the "
+                             "benchmark") from None
         out.append(obj)
     if not out:
         raise ValueError(f"{path_or_obj}: no JSON result in the file")
@@ -150,9 +156,14 @@ def _counters(text: str, model_name: str | None) -> dict:
 
     tot = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0}
     per_pos: dict[int, float] = {}
+    created: dict[tuple, float] = {}  # creation time of each counter series (prometheus_client's _created)
     found = False
     for fam in text_string_to_metric_families(text):
-        if fam.name not in SPEC_COUNTERS:  # counter families; "_created" gauges are skipped
+        if fam.name.removesuffix("_created") in SPEC_COUNTERS and fam.name.endswith("_created"):
+            for s in fam.samples:
+                if not model_name or s.labels.get("model_name") == model_name:
+                    created[(fam.name, *sorted(s.labels.items()))] = s.value
+        if fam.name not in SPEC_COUNTERS:  # counter families; "_created" gauges are read above
             continue
         for s in fam.samples:
             if not s.name.endswith("_total") or (model_name and s.labels.get("model_name") != model_name):
@@ -169,7 +180,7 @@ def _counters(text: str, model_name: str | None) -> dict:
                          + (f" for model_name={model_name!r}" if model_name else "")
                          + ": was the server started with --speculative-config?")
     k = max(per_pos) + 1 if per_pos else 0
-    return tot | {"num_accepted_tokens_per_pos": [per_pos.get(i, 0.0) for i in range(k)]}
+    return tot | {"num_accepted_tokens_per_pos": [per_pos.get(i, 0.0) for i in range(k)], "created": created}
 
 
 def _spec_row(c: dict) -> dict:
@@ -206,11 +217,25 @@ def read_spec_metrics(text: str, model_name: str | None = None) -> pd.DataFrame:
 
 def spec_metrics_delta(before: str, after: str, model_name: str | None = None) -> pd.DataFrame:
     """Counters of a window: ``after - before`` (two ``/metrics`` scrapes), as ``vllm bench serve``
-    reports its run; same columns as :func:`read_spec_metrics`."""
+    reports its run; same columns as :func:`read_spec_metrics`.
+
+    Raises ``ValueError`` when the server restarted between the scrapes: a counter series was created
+    anew (its ``_created`` time changed) or a counter went down. The window's counts from before the
+    restart are then lost, so no difference of the two scrapes is the window's (Prometheus'
+    ``increase()`` would count from zero at the reset and silently drop them): scrape again after the
+    restart and rerun the window."""
     b, a = _counters(before, model_name), _counters(after, model_name)
+    moved = sorted(k[0] for k, t in a["created"].items() if k in b["created"] and b["created"][k] != t)
+    keys = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+    down = [f"{x} {b[x]:g} -> {a[x]:g}" for x in keys if a[x] < b[x]]
+    if moved or down:
+        why = f"counters recreated ({', '.join(dict.fromkeys(moved))})" if moved else f"counters went down ({'; '.join(down)})"
+        raise ValueError(f"the vLLM server restarted between the two /metrics scrapes: {why}. The counts before the "
+                         "restart are lost, so after - before is not the window's; scrape /metrics again after the "
+                         "restart (before the run) and rerun the window")
     k = max(len(a["num_accepted_tokens_per_pos"]), len(b["num_accepted_tokens_per_pos"]))
     pad = lambda v: v + [0.0] * (k - len(v))
-    diff = {x: a[x] - b[x] for x in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
+    diff = {x: a[x] - b[x] for x in keys}
     diff["num_accepted_tokens_per_pos"] = [y - x for x, y in zip(pad(b["num_accepted_tokens_per_pos"]),
                                                                  pad(a["num_accepted_tokens_per_pos"]))]
     return pd.DataFrame([_spec_row(diff)])

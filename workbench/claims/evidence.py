@@ -53,12 +53,25 @@ def memory_arithmetic() -> dict:
                             "context_for_0.3gb": 0.3e9 / diff}}
 
 
+def _device_name(device: str) -> str:
+    """``torch.cuda.get_device_name`` for a CUDA device that is present, else the device string."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return str(device)
+
+
 def stack_evidence(table: pd.DataFrame, multiplicative: pd.DataFrame, points: pd.DataFrame, *, target: str,
-                   device: str, bandwidth_gbs: float) -> dict:
+                   device: str, bandwidth_gbs: float, device_name: str | None = None) -> dict:
     """The stacked study's headline numbers: combined (W4A16 + spec + P/D) decode speedup, E2E
     change and memory ratio over the baseline, ``combined / product`` of the batch-1 decode gains,
     and the bandwidth efficiency of each precision (weight bytes per decode step / TPOT over
-    ``bandwidth_gbs``, the copy bandwidth measured on the study device)."""
+    ``bandwidth_gbs``, the copy bandwidth measured on the study device); and the setting they were
+    measured in: ``target``, ``device`` and ``device_name`` (default: the CUDA device's name, e.g.
+    "NVIDIA H100 80GB HBM3"), ``dtype`` (the baseline's compute dtype), ``weights`` ("random" for a
+    ``random:`` target, else "trained") and ``acceptance`` (the speculative rows': "real" or the
+    what-if's description)."""
     full = table[table["quantized"] & table["speculative"] & table["disaggregated"] & ~table["mixed"]].iloc[0]
     base = table.iloc[0]
     eff = {}
@@ -71,7 +84,14 @@ def stack_evidence(table: pd.DataFrame, multiplicative: pd.DataFrame, points: pd
                                                            & ~table["disaggregated"]].iloc[0]["decode_speedup"])
                  for q in (False, True)}
     mult = multiplicative.set_index("metric")
-    return {"target": target, "device": device, "base_tok_s": float(base["decode_tok_s"]),
+    plain = points[~points["quantized"].astype(bool) & ~points["speculative"].astype(bool)]
+    spec = points[points["speculative"].astype(bool)]
+    acc = sorted({str(a) for a in spec["acceptance"]}) if "acceptance" in spec else []
+    return {"target": target, "device": device, "device_name": device_name or _device_name(device),
+            "dtype": str(plain["compute_dtype"].iloc[0]) if "compute_dtype" in plain and len(plain) else "",
+            "weights": "random" if str(target).startswith("random:") else "trained",
+            "acceptance": acc[0] if len(acc) == 1 else ", ".join(acc) or "not recorded",
+            "base_tok_s": float(base["decode_tok_s"]),
             "combined_tok_s": float(full["decode_tok_s"]), "decode_speedup": float(full["decode_speedup"]),
             "e2e_change": float(full["e2e_change"]), "mem_ratio": float(base["peak_mem_gb"] / full["peak_mem_gb"]),
             "base_mem_gb": float(base["peak_mem_gb"]), "combined_mem_gb": float(full["peak_mem_gb"]),
@@ -82,16 +102,19 @@ def stack_evidence(table: pd.DataFrame, multiplicative: pd.DataFrame, points: pd
 def spec_cost_evidence(points: pd.DataFrame, k_range=range(1, 9)) -> dict:
     """alpha, c and verify costs of the base-precision speculative point, and the theoretical speedup
     (Leviathan et al. 2023 Theorem 3.8, with the verify cost measured at each k where timed, else at
-    the study's k) for each k in ``k_range``; ``best_k``."""
+    the study's k) for each k in ``k_range``; ``best_k``; ``acceptance`` ("real" or the what-if's
+    description) and ``draft``. An alpha that was not measured stays NaN, with no speedups and
+    ``best_k`` None."""
     sp = points[~points["quantized"].astype(bool) & points["speculative"].astype(bool)].iloc[-1]
     t_ms = float(sp["target_step_ms_whatif"])
     c = float(sp["draft_step_ms_whatif"]) / t_ms
-    alpha = float(sp["alpha"]) if np.isfinite(float(sp["alpha"])) else 0.0
+    alpha = float(sp["alpha"])
     vc_default = float(sp["verify_ms_k" + str(int(sp["k"]))]) / t_ms
     vc = {k: float(sp[f"verify_ms_k{k}"]) / t_ms if f"verify_ms_k{k}" in sp and pd.notna(sp[f"verify_ms_k{k}"])
           else vc_default for k in k_range}
-    s = {k: float(speedup(min(max(alpha, 0.0), 1.0), k, c, vc[k])) for k in k_range}
-    return {"alpha": alpha, "c": c, "verify_cost": vc, "speedup_by_k": s, "best_k": max(s, key=s.get),
+    s = ({k: float(speedup(min(max(alpha, 0.0), 1.0), k, c, vc[k])) for k in k_range} if np.isfinite(alpha)
+         else {})
+    return {"alpha": alpha, "c": c, "verify_cost": vc, "speedup_by_k": s, "best_k": max(s, key=s.get) if s else None,
             "acceptance": str(sp.get("acceptance", "")), "draft": str(sp.get("draft", ""))}
 
 
@@ -112,21 +135,43 @@ def kv_evidence(buckets: pd.DataFrame, at: int = 2048) -> dict:
 
 def quant_evidence(rows: pd.DataFrame) -> dict:
     """Quantization fidelity rows (from :func:`workbench.quant.run_quant_sweep`): per label the
-    ``cosine_mean``, ``top1_agreement``, ``kl_mean`` and perplexity ratio to the FP model."""
+    ``cosine_mean``, ``top1_agreement``, ``kl_mean``, perplexity ratio to the FP model, ``w_bits``
+    (None where the rows lack it) and ``weights`` ("trained" or the random-init label)."""
     fp = rows[rows["label"] == "FP"]
     ppl_fp = float(fp["ppl"].iloc[0]) if len(fp) else float("nan")
-    return {str(r.label): {"cosine": float(r.cosine_mean), "top1": float(r.top1_agreement), "kl": float(r.kl_mean),
-                           "ppl_ratio": float(r.ppl) / ppl_fp} for r in rows.itertuples() if r.label != "FP"}
+    out = {}
+    for r in rows[rows["label"] != "FP"].to_dict("records"):
+        bits = r.get("w_bits")
+        out[str(r["label"])] = {"cosine": float(r["cosine_mean"]), "top1": float(r["top1_agreement"]),
+                                "kl": float(r["kl_mean"]), "ppl_ratio": float(r["ppl"]) / ppl_fp,
+                                "w_bits": int(bits) if bits is not None and pd.notna(bits) else None,
+                                "weights": str(r.get("weights", "trained"))}
+    return out
 
 
 def collect_evidence(*, stack: dict | None = None, spec_costs: dict | None = None, kv: dict | None = None,
                      quant: dict | None = None, long_prompt: dict | None = None, pd16: dict | None = None,
-                     vllm_flags: dict | None = None, mechanisms: bool = True, seed: int = 0) -> dict:
+                     vllm_flags: dict | None = None, validated_policies: dict | None = None,
+                     predictions: pd.DataFrame | None = None, mmlu_drops: dict | None = None,
+                     mechanisms: bool = True, seed: int = 0) -> dict:
     """The evidence dict of :func:`workbench.claims.ledger.evaluate`: the given study results (each
     from the ``*_evidence`` functions here or in :mod:`workbench.claims.serving`), the arithmetic of
-    :func:`memory_arithmetic` and :data:`PUBLISHED_VOCAB`, and (``mechanisms``) the mechanism checks."""
+    :func:`memory_arithmetic` and :data:`PUBLISHED_VOCAB`, and (``mechanisms``) the mechanism checks.
+
+    ``validated_policies``: ``{policy: (max_rel_err_mean, max_rel_err_p99, source_file)}``, the serving
+    simulator's policies checked against a real run (:func:`workbench.claims.serving.sim_validation`);
+    without one, the simulated verdicts are "not testable here". ``predictions``: estimates for
+    hardware that is not here (columns :data:`workbench.claims.support.PREDICTION_COLUMNS`, from
+    ``workbench.predict``), checked here (ValueError naming missing columns). ``mmlu_drops``:
+    ``{"model", "per_tensor", "awq_g128", "source"}``, MMLU drops in points of a real model."""
+    if predictions is not None:
+        from workbench.claims.support import check_predictions
+
+        check_predictions(predictions)
     ev = {"stack": stack, "spec_costs": spec_costs, "kv": kv, "quant": quant, "long_prompt": long_prompt,
-          "pd16": pd16, "vllm_flags": vllm_flags, "arith": memory_arithmetic(), "vocab": dict(PUBLISHED_VOCAB)}
+          "pd16": pd16, "vllm_flags": vllm_flags, "validated_policies": validated_policies or {},
+          "predictions": predictions, "mmlu_drops": mmlu_drops, "arith": memory_arithmetic(),
+          "vocab": dict(PUBLISHED_VOCAB)}
     if mechanisms:
         from workbench.claims.mechanisms import awq_bit_widths, gptq_act_order, spec_draft_requirements
 

@@ -12,8 +12,16 @@ path into ``claimed``)::
     rule: {measured: kv.int8.top1_after, op: ">=", value: 0.99}       # holds iff measured >= 0.99
     rule: {measured: spec.tau_ratio, op: within, value: claimed.gain, rel_tol: 0.05}
 
-Verdicts: ``holds``, ``contradicted``, ``not testable here`` (evidence missing: the reason is the
-record's ``untestable`` text plus the missing keys).
+Verdicts: ``holds``, ``contradicted``, ``not testable here`` (evidence missing, or evidence that
+cannot support the claim: the reason says which). Each verdict names its ``basis``: ``measured``
+here, ``arithmetic`` on published figures, ``mechanism`` (a small experiment on tiny models),
+``simulated``, ``predicted (...)`` (another tool's estimate), or ``what-if`` (a synthetic input).
+
+Rounding rule for every tolerance (:data:`DECIMALS`): the difference being tested (``measured /
+claimed - 1`` for a relative tolerance, ``measured - claimed`` otherwise) is rounded to 6 decimal
+places (Python's ``round``) before it is compared with the tolerance. Claims state their figures to
+two or three significant digits, so this removes binary floating-point error (about 1e-16: 3.5 / 2.8 -
+1 - 0.27 = 0.020000000000000018) without moving any verdict by more than the claims' own precision.
 """
 
 from __future__ import annotations
@@ -37,23 +45,44 @@ __all__ = [
     "load_records",
     "lookup",
     "run_rule",
+    "within_abs",
+    "within_rel",
 ]
 
 HOLDS, CONTRADICTED, NOT_TESTABLE = "holds", "contradicted", "not testable here"
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
+DECIMALS = 6  # tolerances compare differences rounded to this many decimal places (module docstring)
+
+
+def within_rel(measured: float, claimed: float, rel_tol: float) -> bool:
+    """``|measured / claimed - 1| <= rel_tol`` on the difference rounded to :data:`DECIMALS` places;
+    False for a non-finite ``measured`` or a zero ``claimed``."""
+    if not math.isfinite(measured) or claimed == 0:
+        return False
+    return round(abs(measured / claimed - 1.0), DECIMALS) <= rel_tol
+
+
+def within_abs(measured: float, claimed: float, tol: float) -> bool:
+    """``|measured - claimed| <= tol`` on the difference rounded to :data:`DECIMALS` places; False for
+    a non-finite ``measured``."""
+    return math.isfinite(measured) and round(abs(measured - claimed), DECIMALS) <= tol
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The ledger's answer for one claim: ``verdict``, the figure ``measured`` here, and ``why``."""
+    """The ledger's answer for one claim: ``verdict``, the figure ``measured`` here, ``why``, and the
+    ``basis`` the verdict rests on (see the module docstring; empty for "not testable here")."""
 
     verdict: str  # holds | contradicted | not testable here
     measured: str = ""  # the measured figure(s), formatted
     why: str = ""  # the rule's reasoning in one or two sentences
+    basis: str = "measured"  # measured | arithmetic | mechanism | simulated | predicted (...) | what-if
 
     def __post_init__(self):
         if self.verdict not in (HOLDS, CONTRADICTED, NOT_TESTABLE):
             raise ValueError(f"Verdict.verdict={self.verdict!r}; use {HOLDS!r}, {CONTRADICTED!r} or {NOT_TESTABLE!r}")
+        if self.verdict == NOT_TESTABLE:
+            object.__setattr__(self, "basis", "")
 
 
 @dataclass(frozen=True)
@@ -123,10 +152,10 @@ def _declarative(rule: dict, evidence: dict, record: ClaimRecord) -> Verdict:
     value = float(value)
     if rule["op"] == "within":
         tol = float(rule.get("rel_tol", 0.1))
-        ok = math.isfinite(measured) and abs(measured / value - 1.0) <= tol
+        ok = within_rel(measured, value, tol)
         why = f"{rule['measured']} = {_fmt(measured)} is {'within' if ok else 'outside'} {tol:.0%} of {_fmt(value)}"
-    else:
-        ok = math.isfinite(measured) and _OPS[rule["op"]](measured, value)
+    else:  # the comparison on the difference rounded to DECIMALS places (module docstring)
+        ok = math.isfinite(measured) and _OPS[rule["op"]](round(measured - value, DECIMALS), 0.0)
         why = f"{rule['measured']} = {_fmt(measured)} {'satisfies' if ok else 'fails'} {rule['op']} {_fmt(value)}"
     return Verdict(HOLDS if ok else CONTRADICTED, _fmt(measured), why + (f". {rule['note']}" if "note" in rule else ""))
 
@@ -146,12 +175,13 @@ def run_rule(record: ClaimRecord, evidence: dict) -> Verdict:
 
 def evaluate(evidence: dict, records: list[ClaimRecord] | None = None) -> pd.DataFrame:
     """The ledger as a table: ``id``, ``claim``, ``source``, ``claimed``, ``measured``, ``verdict``,
-    ``why``, ``measurement`` (what tests it), ``not_tested`` (what this machine cannot test)."""
+    ``basis`` (what the verdict rests on), ``why``, ``measurement`` (what tests it), ``not_tested`` (what
+    this machine cannot test)."""
     rows = []
     for r in records or load_records():
         v = run_rule(r, evidence)
         claimed = ", ".join(f"{k} {_fmt(x)}" for k, x in r.claimed.items())
         rows.append({"id": r.id, "claim": r.text.strip(), "source": r.source, "claimed": claimed,
-                     "measured": v.measured, "verdict": v.verdict, "why": v.why, "measurement": r.measurement.strip(),
+                     "measured": v.measured, "verdict": v.verdict, "basis": v.basis, "why": v.why, "measurement": r.measurement.strip(),
                      "not_tested": r.untestable.strip()})
     return pd.DataFrame(rows)

@@ -5,13 +5,16 @@
 * :func:`pd16_evidence`: 16 requests at once on colocated and disaggregated deployments (TTFT,
   TPOT, throughput), the setting of the P/D speedup claim;
 * :func:`vllm_flags_evidence`: which of the claimed vLLM flags the pinned vLLM release accepts
-  (through ``workbench.bridges`` when it is installed and the vLLM source is cached).
+  (through ``workbench.bridges`` when it is installed and the vLLM source is cached);
+* :func:`sim_validation`: a simulator policy's error against a real serving run, from the comparison
+  file ``benchmarks/sim_vs_real.py`` writes (the ledger judges simulated claims only on checked policies).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,7 +24,7 @@ from workbench.stack.config import StackConfig
 from workbench.stack.load import baseline_capacity, deployments, simulate_deployment, study_slo
 from workbench.stack.table import slo_capacity_by_label
 
-__all__ = ["ARTICLE_VLLM_FLAGS", "long_prompt_evidence", "pd16_evidence", "vllm_flags_evidence"]
+__all__ = ["ARTICLE_VLLM_FLAGS", "long_prompt_evidence", "pd16_evidence", "sim_validation", "vllm_flags_evidence"]
 
 ARTICLE_VLLM_FLAGS = ("--speculative-draft-tokens", "--enable-prefill-preemption", "--speculative-metrics")
 
@@ -47,14 +50,16 @@ def long_prompt_evidence(points: pd.DataFrame, cfg: StackConfig, mem_gb: float, 
     by = slo_capacity_by_label(grid)
     mixed = next(d.label for d in deps if d.mixed)
     return {"capacity_rps": {k: float(v) for k, v in by.items()}, "best": str(by.idxmax()), "mixed": mixed,
-            "prompt_median": int(wl.prompt.value), "slo": str(slo)}
+            "prompt_median": int(wl.prompt.value), "slo": str(slo),
+            "policies": sorted({d.sim.policy for d in deps})}
 
 
 def pd16_evidence(points: pd.DataFrame, cfg: StackConfig, mem_gb: float, n: int = 16) -> dict:
     """``n`` requests arriving together (the study's workload lengths, fixed at their medians) on the
     baseline precision: colocated x1, colocated x2 and disaggregated 1P+1D. Per deployment:
     ``ttft_ms`` and ``tpot_ms`` (means) and ``throughput_rps`` (n / makespan); ratios of the
-    disaggregated deployment to colocated x2 (equal GPUs) and to colocated x1."""
+    disaggregated deployment to colocated x2 (equal GPUs) and to colocated x1; the simulator
+    ``policies`` used."""
     wl = replace(cfg.workload, n_requests=n, rate=1e6, prompt=LengthDist("fixed", int(cfg.workload.prompt.value)),
                  output=LengthDist("fixed", int(cfg.workload.output.value)))
     one = replace(cfg, splits=((1, 1),))
@@ -69,7 +74,8 @@ def pd16_evidence(points: pd.DataFrame, cfg: StackConfig, mem_gb: float, n: int 
     return out | {"throughput_ratio_equal_gpus": dis["throughput_rps"] / c2["throughput_rps"],
                   "throughput_ratio_vs_one_gpu": dis["throughput_rps"] / c1["throughput_rps"],
                   "tpot_ratio": dis["tpot_ms"] / c2["tpot_ms"], "ttft_ratio": dis["ttft_ms"] / c2["ttft_ms"],
-                  "n_requests": n, "prompt": int(wl.prompt.value), "output": int(wl.output.value)}
+                  "n_requests": n, "prompt": int(wl.prompt.value), "output": int(wl.output.value),
+                  "policies": sorted({d.sim.policy for d in deps.values()})}
 
 
 def vllm_flags_evidence(flags=ARTICLE_VLLM_FLAGS) -> dict | None:
@@ -92,3 +98,33 @@ def vllm_flags_evidence(flags=ARTICLE_VLLM_FLAGS) -> dict | None:
         return None
     unknown = src.unknown_flags(list(flags))
     return {"version": src.release, "unknown": unknown, "accepted": [f for f in flags if f not in unknown]}
+
+
+def sim_validation(compare_csv: str | Path, policy: str = "colocated") -> dict:
+    """``{policy: (max_rel_err_mean, max_rel_err_p99, source_file)}`` from a simulator-vs-real
+    comparison (``compare.csv`` of ``benchmarks/sim_vs_real.py``, rows of
+    :func:`workbench.pd.loop.compare_to_sim`: ``metric``, ``err_pct`` and, with a drift check,
+    ``drift_pct`` and ``warning``). The errors are fractions, the largest over TTFT, TPOT and E2E of the
+    mean rows and of the p99 rows; where ``warning`` is set (the machine's speed moved more than the
+    error) the row's error is taken as its drift, since the comparison cannot resolve anything
+    smaller. Raises ValueError naming the file when it lacks those rows or columns."""
+    path = Path(compare_csv)
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise ValueError(f"{path}: cannot read a simulator comparison ({e}); write one with "
+                         "benchmarks/sim_vs_real.py") from None
+    if not {"metric", "err_pct"} <= set(df.columns):
+        raise ValueError(f"{path}: needs columns metric, err_pct (benchmarks/sim_vs_real.py's compare.csv); has "
+                         f"{list(df.columns)}")
+    err = df["err_pct"].abs()
+    if "warning" in df and "drift_pct" in df:
+        flagged = df["warning"].astype(str).str.lower() == "true"
+        err = err.where(~flagged, np.maximum(err, df["drift_pct"].abs()))
+    out = []
+    for stat in ("mean", "p99"):
+        rows = df["metric"].isin([f"{stat}_{m}_ms" for m in ("ttft", "tpot", "e2e")])
+        if rows.sum() != 3:
+            raise ValueError(f"{path}: needs the {stat} TTFT, TPOT and E2E rows; has {df['metric'].tolist()}")
+        out.append(float(err[rows].max()) / 100)
+    return {policy: (out[0], out[1], str(path))}

@@ -213,7 +213,8 @@ def load_model(spec: str = "smollm2-135m", dtype: str | torch.dtype | None = Non
             name (``"float32"``, ``"bf16"``...).
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         tokenizer: a tokenizer, or a spec to load one from (e.g. the original HF id of a GGUF file
-            whose rebuilt tokenizer fails its checks); default: the model's own.
+            whose rebuilt tokenizer fails its checks); default: the model's own. Checked against the
+            model's vocabulary (:func:`check_vocab_fits`).
         seed: RNG seed of the weights of a ``random:`` spec (ignored otherwise).
 
     Returns:
@@ -228,6 +229,7 @@ def load_model(spec: str = "smollm2-135m", dtype: str | torch.dtype | None = Non
         ModelNotAvailableError: no source could provide the model (each attempt and the fix listed),
             or a random shape that does not fit in the device's memory.
         ValueError: unknown dtype or device, or CUDA asked for where there is none.
+        TokenizerMismatchError: a ``tokenizer`` whose vocabulary size is not the model's.
     """
     dev, dt = resolve(device, dtype)
     kind, target = classify_spec(spec)
@@ -248,10 +250,33 @@ def load_model(spec: str = "smollm2-135m", dtype: str | torch.dtype | None = Non
         except Exception as e:  # noqa: BLE001 - re-raised with the fix named
             raise _hub_error(target, e) from None
         prov = {"source": "hub", "model_id": target, "revision": getattr(model.config, "_commit_hash", None) or ""}
+    if tokenizer is not None:
+        check_vocab_fits(model, tok, spec)
     if isinstance(tokenizer, (str, os.PathLike)) and kind != "random":
         prov["tokenizer"] = os.fspath(tokenizer)
     prov.update(dtype=dtype_name(dt), device=str(dev))
     return attach(model, prov), _quiet_bpe_cleanup(tok)
+
+
+# Checkpoints pad their embedding past the tokenizer's size to a round number of rows (Qwen2-7B: 152,064
+# rows for 151,646 tokens; Phi-3-mini: 32,064 for 32,011): a gap below this many rows is such padding.
+VOCAB_PAD_MAX = 1024
+
+
+def check_vocab_fits(model, tok, spec="the model") -> None:
+    """Raise :class:`TokenizerMismatchError` unless tokenizer ``tok`` (``len(tok)`` ids, added tokens
+    included) fits ``model``'s vocabulary (the rows of its input embedding): no id past the last row,
+    and fewer than :data:`VOCAB_PAD_MAX` rows left over (more means another vocabulary: its ids name
+    other tokens, and the output is garbage)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    rows = int(getattr(emb, "num_embeddings", 0) or getattr(model.config, "vocab_size", 0))
+    n = len(tok)
+    if n > rows or rows - n >= VOCAB_PAD_MAX:
+        raise TokenizerMismatchError(
+            f"the tokenizer has {n:,} tokens but {spec} has {rows:,} vocabulary rows: "
+            + ("its ids past the last row cannot be looked up" if n > rows else "they are different vocabularies")
+            + ". Fix: pass the tokenizer the model was trained with (tokenizer=<its hub id or folder>), or drop "
+              "tokenizer= to use the model's own")
 
 
 def _quiet_bpe_cleanup(tok):

@@ -11,6 +11,11 @@ is at least ``min_diff`` (a practical threshold: 0.1 points of attainment is rea
 and the winner meets the SLOs for at least ``min_attainment`` of its requests (past that point both
 are overloaded and a "win" means nothing, DistServe's capacity rule, arXiv 2401.09670 sec. 2.1);
 otherwise the verdict is "no difference". Identical schedules give a zero-width interval at zero.
+
+A verdict on simulated deployments (rows with a ``policy`` column, as the simulator writes them) is only
+as good as the simulator's policies: each policy compared must have been checked against a real
+server (``validated_policies``, see :func:`unchecked_policy`), or the verdict is "not testable here",
+naming the policy; the table of differences is still returned.
 """
 
 from __future__ import annotations
@@ -24,9 +29,35 @@ from scipy import stats
 
 from workbench.pd.metrics import SLO, good_requests
 
-__all__ = ["NO_DIFFERENCE", "Verdict", "batch_ci", "compare_deployments", "good_batch_means"]
+__all__ = ["MAX_SIM_ERR_MEAN", "NOT_TESTABLE", "NO_DIFFERENCE", "Verdict", "batch_ci", "compare_deployments",
+           "good_batch_means", "unchecked_policy"]
 
 NO_DIFFERENCE = "no difference"  # the table's ``winner`` at a rate where neither deployment wins
+NOT_TESTABLE = "not testable here"  # the start of a verdict's text when the simulator cannot support it
+# a simulator policy counts as checked when its largest error on the mean TTFT / TPOT / E2E of a real run is
+# at most this (the p99 error is reported beside it, not judged)
+MAX_SIM_ERR_MEAN = 0.25
+
+
+def unchecked_policy(validated: dict | None, policies) -> tuple[str | None, str]:
+    """``(reason, note)`` for a result computed in the serving simulator with ``policies``: ``reason``
+    (None when every policy is supported) names the first policy never checked against a real server,
+    or checked and missed by more than :data:`MAX_SIM_ERR_MEAN`; ``note`` states each checked policy's
+    errors and source. ``validated``: ``{policy: (max_rel_err_mean, max_rel_err_p99, source_file)}``
+    (fractions; :func:`workbench.claims.serving.sim_validation` reads them from a comparison file)."""
+    validated = validated or {}
+    notes, reason = [], None
+    for pol in sorted(set(policies)):
+        if pol not in validated:
+            reason = reason or f"the simulator's {pol} mode was never checked against a real server"
+            continue
+        mean_err, p99_err, src = validated[pol]
+        notes.append(f"{pol} mode checked against a real run: mean within {mean_err:.0%}, p99 within "
+                     f"{p99_err:.0%} ({src})")
+        if not (math.isfinite(mean_err) and mean_err <= MAX_SIM_ERR_MEAN):
+            reason = reason or (f"the simulator's {pol} mode missed a real run's mean latency by {mean_err:.0%} "
+                                f"(more than {MAX_SIM_ERR_MEAN:.0%}; {src})")
+    return reason, "; ".join(notes)
 
 
 def good_batch_means(requests: pd.DataFrame, slo: SLO | None, n_batches: int = 30) -> list[float]:
@@ -96,17 +127,30 @@ def _per_rate(summary: pd.DataFrame, baseline: str, challenger: str, level: floa
 
 
 def compare_deployments(summary: pd.DataFrame, baseline: str, challenger: str, *, level: float = 0.95,
-                        min_attainment: float = 0.9, min_diff: float = 0.01) -> Verdict:
+                        min_attainment: float = 0.9, min_diff: float = 0.01,
+                        validated_policies: dict | None = None) -> Verdict:
     """Compare two deployments (``label`` values) over the swept rates of ``summary``.
 
     ``summary``: one row per (label, rate) on one workload, with ``slo_attainment``, ``goodput_rps``
     and ``good_batches`` (from :func:`good_batch_means`; :func:`workbench.pd.sim.grid.grid_frames`
     keeps them). ``min_diff``: the smallest difference in SLO attainment (fraction) that counts as a
-    win. Raises ``ValueError`` for an unknown label or mismatched batches.
+    win. ``validated_policies``: the simulator policies checked against a real server (see
+    :func:`unchecked_policy`); where ``summary`` is simulated (has a ``policy`` column) and a compared
+    policy is not among them, the verdict has no winner and its text starts "not testable here"
+    with the reason. Raises ``ValueError`` for an unknown label or mismatched batches.
     """
     table = _per_rate(summary, baseline, challenger, level, min_attainment, min_diff)
     if table.empty:
         raise ValueError(f"{baseline!r} and {challenger!r} share no swept rate")
+    if "policy" in summary:
+        used = summary.loc[summary["label"].isin([baseline, challenger]), "policy"]
+        reason, _ = unchecked_policy(validated_policies, used)
+        if reason:
+            row = table.loc[table["diff"].abs().idxmax()]
+            text = (f"{NOT_TESTABLE}: {reason} (simulated: largest difference {100 * row['diff']:+.1f} points of SLO "
+                    f"attainment, {challenger} - {baseline}, at {row['rate']:g} req/s)")
+            return Verdict(baseline, challenger, None, None, float(row["diff"]),
+                           (float(row["ci_lo"]), float(row["ci_hi"])), level, text, table)
     pct = f"{level:.0%} CI"
     wins = table[table["winner"] != NO_DIFFERENCE]
     if wins.empty:

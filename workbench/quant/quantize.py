@@ -38,6 +38,24 @@ def quantizable_linears(model: torch.nn.Module, config: QuantConfig) -> dict[str
     return out
 
 
+def _nothing_to_quantize(model: torch.nn.Module, config: QuantConfig) -> str:
+    """The error for a model in which ``config`` finds no ``nn.Linear`` to quantize: its architecture,
+    the modules holding its 2-D weights instead (GPT-2's ``Conv1D``) and what to pass."""
+    arch = type(model).__name__
+    mt = getattr(getattr(model, "config", None), "model_type", None)
+    others: dict[str, int] = {}
+    for _, m in model.named_modules():
+        w = getattr(m, "weight", None)
+        if isinstance(w, torch.Tensor) and w.ndim == 2 and not isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+            others[type(m).__name__] = others.get(type(m).__name__, 0) + 1
+    held = ", ".join(f"{n} x{c}" for n, c in others.items()) or "none"
+    return (f"{arch} (model_type {mt!r}): no torch.nn.Linear to quantize outside skip={config.skip}, so 0 layers "
+            f"would be quantized; its other 2-D weights are in {held}. RTN, AWQ and GPTQ here quantize nn.Linear "
+            "layers: use a Llama-family model (llama, qwen2, mistral), or convert those modules to nn.Linear; "
+            "the layers quantized are every nn.Linear whose name is not in QuantConfig.skip (skip=() quantizes "
+            "lm_head too)")
+
+
 def _gw(cfg: QuantConfig) -> int | None:
     """Group width for code/dequant helpers (``None`` for per-tensor / per-channel)."""
     return cfg.group_size if cfg.granularity == "group" else None
@@ -206,8 +224,13 @@ def quantize(model: torch.nn.Module, config: QuantConfig, calib=None, *, tok=Non
 
     Raises:
         ValueError: a group size that does not divide a layer's ``in_features`` (names the layer);
-            empty calibration text; no calibration source; a model without a decoder stack for AWQ/GPTQ.
+            empty calibration text; no calibration source; a model without a decoder stack for AWQ/GPTQ;
+            a model with no ``nn.Linear`` outside ``config.skip`` (names the architecture, its matmul
+            modules and the fix).
     """
+    lins = quantizable_linears(model, config)
+    if not lins:
+        raise ValueError(_nothing_to_quantize(model, config))
     qmodel = copy.deepcopy(model)
     qmodel.eval()
     lins = quantizable_linears(qmodel, config)

@@ -9,13 +9,14 @@ rows into alpha / tau with 95% CIs, the measured c and realized vs theoretical s
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.engine import fast_runner
+from workbench.engine import Engine, HFRunner, SlotRunner
 from workbench.models import require_trained
 from workbench.spec.alignment import alignment_metrics, score_positions
 from workbench.spec.config import SpecConfig
@@ -77,12 +78,13 @@ class SpecCache:
         return self.alignment[key]
 
 
-def _row(cfg: SpecConfig, name: str, pr, base, align: dict, out) -> dict:
+def _row(cfg: SpecConfig, name: str, pr, base, align: dict, out, runners: tuple[str, str]) -> dict:
     """One ``run_spec`` row: config, counters, alignment, times and ratios."""
     st, n_new, n_base = out.stats, len(out.tokens), len(base.tokens)
     base_tpot = base.decode_s / (n_base - 1) if n_base > 1 else float("nan")
     summ = st.summary()
-    row = {**cfg.to_row(), "draft": name, "loop": out.loop, "prompt_id": pr.prompt_id, "category": pr.category,
+    row = {**cfg.to_row(), "draft": name, "loop": out.loop, "target_runner": runners[0], "draft_runner": runners[1],
+           "prompt_id": pr.prompt_id, "category": pr.category,
            "n_prompt": len(pr.prompt_ids), "n_new": n_new, **summ, **align,
            "tokens_per_step": list(st.tokens_per_step), "draft_tokens_per_step": list(st.draft_tokens_per_step),
            "accepted_per_pos": list(st.num_accepted_tokens_per_pos), "drafted_per_pos": list(st.num_drafts_per_pos),
@@ -97,14 +99,46 @@ def _row(cfg: SpecConfig, name: str, pr, base, align: dict, out) -> dict:
     return row
 
 
-def default_runners(target, drafts: dict, prompts: pd.DataFrame, configs, runner_factory=None):
+_WARNED: set = set()  # (model class, reason) pairs already warned about in this process
+
+
+def engine_runner(model: torch.nn.Module, max_seq: int, *, required: bool = False):
+    """The engine's single-sequence runner for ``model`` (``Engine.from_hf(model, max_batch=1,
+    max_seq).runner(0)``). Where the engine cannot take the model (an architecture or setting it
+    does not reproduce) it returns the :class:`HFRunner` reference (transformers' forward, slower)
+    and warns once per model class and reason, saying why; with ``required`` (the caller asked for
+    the fast loop) it raises ValueError with the reason instead."""
+    try:
+        return Engine.from_hf(model, max_batch=1, max_seq=max_seq).runner(0)
+    except (ValueError, NotImplementedError, AttributeError, KeyError) as e:
+        reason = f"{type(e).__name__}: {e}"
+        name = type(model).__name__
+        if required:
+            raise ValueError(f"loop='device' asks for the engine, which cannot run {name} ({reason}); use "
+                             "loop='auto' or 'reference' to run it on the HF reference runner") from e
+        if (name, reason) not in _WARNED:
+            _WARNED.add((name, reason))
+            warnings.warn(f"{name} runs on the HF reference runner (transformers' forward: slower, and its "
+                          f"timings are not the engine's) because the engine cannot take it: {reason}",
+                          UserWarning, stacklevel=3)
+        return HFRunner(model)
+
+
+def runner_kind(runner) -> str:
+    """``"engine"`` (a :class:`SlotRunner`), ``"hf"`` (:class:`HFRunner`) or the runner's class name:
+    the ``target_runner`` / ``draft_runner`` columns of :func:`run_spec`."""
+    return "engine" if isinstance(runner, SlotRunner) else "hf" if isinstance(runner, HFRunner) else type(runner).__name__
+
+
+def default_runners(target, drafts: dict, prompts: pd.DataFrame, configs, runner_factory=None, loop: str = "auto"):
     """``(target_runner, {name: draft_runner})``: modules wrapped by ``runner_factory`` (default
-    :func:`workbench.engine.fast_runner`, the engine with its KV cache sized for these prompts and
-    configs, or ``HFRunner`` for architectures it does not cover); runners are used as given.
+    :func:`engine_runner`, the engine with its KV cache sized for these prompts and configs, or,
+    with a warning saying why, ``HFRunner`` for models it does not cover; ``loop="device"`` asks for
+    the engine and raises instead); runners are used as given.
     ``drafts``: ``{name: module | Runner | (module, info)}``."""
     if runner_factory is None:
         need = max(len(p) for p in prompts["prompt_ids"]) + max(c.max_new_tokens + c.k_max for c in configs) + 2
-        runner_factory = lambda m: fast_runner(m, max_seq=need)
+        runner_factory = lambda m: engine_runner(m, max_seq=need, required=loop == "device")
     wrap = lambda m: runner_factory(m) if isinstance(m, torch.nn.Module) else m
     return wrap(target), {name: wrap(d[0] if isinstance(d, tuple) else d) for name, d in drafts.items()}
 
@@ -143,19 +177,21 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
         target: module or Runner. drafts: ``{name: module | Runner | (module, info)}``.
         prompts: DataFrame with ``prompt_id, category, prompt_ids`` (see :func:`encode_prompts`).
         configs: one :class:`SpecConfig` or a list.
-        runner_factory: module -> Runner (see :func:`default_runners`). Runners given directly are
-            used as they are.
+        runner_factory: module -> Runner (see :func:`default_runners`: the engine, or the HF reference
+            runner with a warning saying why). Runners given directly are used as they are.
         clock: timer for every timing (default ``time.perf_counter``; ``time.process_time`` = CPU time
             of this process, robust to other jobs on a shared CPU, for CPU runs only).
         loop: speculative loop (``speculative_generate``): ``"auto"`` takes the device loop for engine
-            runners; column ``loop`` says which ran.
+            runners; column ``loop`` says which ran. ``"device"`` also asks for the engine's runners:
+            ValueError (with the reason) for a model the engine cannot take.
         cache: a :class:`SpecCache` shared between calls (baselines and alignment computed once).
         warmup: run :func:`_warm_up` first (short untimed decodes); default: when the target runner is not
             on the CPU (where first calls cost nothing extra, so CPU numbers stay as they were).
 
     Returns:
         DataFrame: config fields (``acceptance`` among them: ``"synthetic"`` rows are a timing what-if),
-        ``draft, loop, prompt_id, category, n_prompt, n_new``, the counters of
+        ``draft, loop, target_runner, draft_runner`` (``"engine"`` or ``"hf"``, :func:`runner_kind`),
+        ``prompt_id, category, n_prompt, n_new``, the counters of
         ``SpecDecodingStats.summary()``, list columns ``tokens_per_step``, ``draft_tokens_per_step``,
         ``accepted_per_pos``, ``drafted_per_pos``, ``tested_per_pos``; alignment means ``kl_pq, kl_qp,
         tv, alpha_pred`` along the baseline (target) trajectory; times ``baseline_tpot_s`` (plain
@@ -167,7 +203,7 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
     if any(getattr(c, "acceptance", "rejection") != "synthetic" for c in configs):  # synthetic: a timing what-if
         require_trained(target, "speculative decoding's alignment and acceptance (alpha, tau)")
     timer = {} if clock is None else {"clock": clock}
-    t_run, d_runs = default_runners(target, drafts, prompts, configs, runner_factory)
+    t_run, d_runs = default_runners(target, drafts, prompts, configs, runner_factory, loop)
     warm = not str(getattr(t_run, "device", "cpu")).startswith("cpu") if warmup is None else warmup
     if warm and len(prompts):
         _warm_up(t_run, d_runs, prompts, configs, loop, stop_token_ids)
@@ -185,7 +221,7 @@ def run_spec(target, drafts: dict, prompts: pd.DataFrame, configs, *, runner_fac
                 for cfg in group:
                     out = speculative_generate(t_run, d_run, pr.prompt_ids, config=cfg, loop=loop,
                                                stop_token_ids=stop_token_ids, **timer)
-                    rows.append(_row(cfg, name, pr, base, align, out))
+                    rows.append(_row(cfg, name, pr, base, align, out, (runner_kind(t_run), runner_kind(d_run))))
     return pd.DataFrame(rows)
 
 

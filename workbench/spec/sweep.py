@@ -81,7 +81,7 @@ def run_spec_sweep(target, drafts: dict, prompts: pd.DataFrame, configs, *, name
         ``ValueError`` as ``run_spec`` and ``SpecConfig`` do.
     """
     configs = [configs] if isinstance(configs, SpecConfig) else list(configs)
-    t_run, d_runs = default_runners(target, drafts, prompts, configs, runner_factory)
+    t_run, d_runs = default_runners(target, drafts, prompts, configs, runner_factory, loop)
     clock_name = getattr(clock or time.perf_counter, "__name__", str(clock))
     points = spec_points(drafts, prompts, configs, prompts_per_point, loop=loop, device=str(t_run.device),
                          clock=clock_name)
