@@ -56,7 +56,6 @@ def test_the_check_finds_hand_parsed_flags():
     assert hand_parsed_flags(src) == ["WB_FULL (line 2)", "WB_X (line 3)", "WB_Y (line 4)"]
 
 
-@pytest.mark.xfail(strict=True, reason="notebooks not yet converted")
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
 def test_notebook_reads_its_flags_through_workbench_params(src):
     assert SOURCES, "notebooks/src/ holds no notebook source"

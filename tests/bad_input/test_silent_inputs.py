@@ -38,7 +38,8 @@ def test_unsupported_architecture_in_the_quant_sweep_and_the_pd_study():
     Llama-family config fields; GPT-2 has none of intermediate_size: a ValueError naming the families."""
     from workbench.arch import ModelSpec
     from workbench.pd.profile import make_runner
-    from workbench.quant import QuantConfig, run_quant_sweep
+    from workbench.quant import QuantConfig
+    from workbench.studies.quant_sweep import run_quant_sweep
 
     model = _gpt2()
     families = r"model_type='gpt2': the config has no \['intermediate_size'\].*\('llama', 'qwen2', 'mistral'\)"
