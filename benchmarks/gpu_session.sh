@@ -26,7 +26,7 @@ WHEELS="nbclient==0.11.0 nbformat==5.11.1 jupyter_client==8.10.0 jupyter_core==5
   matplotlib-inline==0.2.2 pexpect==4.9.0 ptyprocess==0.7.0 ipython_pygments_lexers==1.1.1"
 case "$mode" in
   pack)
-    mb=${1:-26}; t=$(mktemp -d); mkdir -p "$t/pack/whl" "$t/pack/gguf"
+    mb=${1:-26}; shift || true; t=$(mktemp -d); mkdir -p "$t/pack/whl" "$t/pack/gguf"
     cp ~/.cache/workbench/gguf/SmolLM2-135M-Instruct.Q4_1.gguf "$t/pack/gguf/"
     tar -C ../shared -cJf "$t/pack/data.tar.xz" data
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
