@@ -432,13 +432,14 @@ def test_gemm_off_cuda_raises_a_clear_error():
         mm.gemm(torch.randn(1, 128).to(torch.bfloat16), qw[:, :8].contiguous(), s, z, 128, 32)
 
 
-def test_env_switch_is_validated(monkeypatch):
-    for v, want in (("", "auto"), ("auto", "auto"), ("0", False), ("1", True)):
-        monkeypatch.setenv("WORKBENCH_INT4_MMA", v)
-        assert int4._mma_from_env() == want
-    monkeypatch.setenv("WORKBENCH_INT4_MMA", "yes")
-    with pytest.raises(ValueError, match="WORKBENCH_INT4_MMA"):
-        int4._mma_from_env()
+def test_disabled_kernel_switches_the_mma_kernel_off():
+    from workbench.engine import EngineConfig
+
+    q = torch.randint(0, 16, (32, 128), dtype=torch.uint8)
+    cfg = EngineConfig(disabled_kernels=("w4a16-mma",))
+    lin = int4.Int4Linear(q, torch.rand(32, 1) * 0.01, torch.full((32, 1), 8.0), torch.bfloat16, "triton:dequant",
+                          config=cfg)
+    assert lin.mma is False and not lin._mma_applies(torch.device("cuda"), torch.full((32, 1), 8.0))
 
 
 def test_int4linear_on_cpu_does_not_take_the_mma_kernel():
@@ -527,33 +528,25 @@ def test_which_rows_take_the_mma_kernel_and_the_fused_path_default(group):
     assert lin.tc == (group == 128)
     lin.mma = True  # as on a GPU where the library built
     rows = [m for m in range(1, 65) if lin._mma_rows(m)]
-    assert rows == (list(range(1, int4.MMA_ROWS_TC + 1)) if group == 128 else list(range(2, 65)))
+    assert rows == (list(range(1, lin.cfg.w4a16_mma_rows + 1)) if group == 128 else list(range(2, 65)))
     assert lin.one_row_gemv() == (group == 64) and lin.fused_max_rows() == 64
-    saved = dispatch.INT4_ONE_ROW_FUSED
-    try:
-        dispatch.INT4_ONE_ROW_FUSED = "auto"
-        assert dispatch.default_rows(_Weights([lin])) == ((1, 64) if group == 64 else (2, 64))
-    finally:
-        dispatch.INT4_ONE_ROW_FUSED = saved
+    assert dispatch.default_rows(_Weights([lin])) == ((1, 64) if group == 64 else (2, 64))
 
 
-def test_plain_calls_above_the_row_threshold_follow_the_measured_route(monkeypatch):
-    # rows above MMA_ROWS_TC: a call without prologue takes the MMA kernel only for the row classes where the
-    # timing (monkeypatched here: _route_plain) said it won; calls with a prologue keep the Triton GEMM; "0" off
+def test_plain_calls_above_the_row_threshold_follow_the_measured_route():
+    # rows above w4a16_mma_rows: a call without prologue takes the MMA kernel only for the row classes where the
+    # timing (recorded in the engine's tuning dict; set by hand here) said it won; calls with a prologue keep the
+    # Triton GEMM
     q = torch.randint(0, 16, (64, 256), dtype=torch.uint8)
     lin = int4.Int4Linear(q, torch.rand(64, 2) * 0.01, torch.full((64, 2), 8.0), torch.bfloat16, "triton:dequant")
     lin.mma = True
-    monkeypatch.setattr(int4, "_PLAIN_ROUTE", {})
-    monkeypatch.setattr(int4, "MMA_ROWS_TC", 16)
-    monkeypatch.setattr(int4, "MMA_PLAIN", "auto")
-    int4._PLAIN_ROUTE[lin._plain_key(32)] = True  # 17..32 rows: the MMA kernel won; 33..64: not measured
+    lin.tuning[lin._plain_key(32)] = True  # 17..32 rows: the MMA kernel won; 33..64: not measured
     plain = [m for m in range(1, 65) if lin._plain_mma(m)]
     assert plain == list(range(1, 33))
     assert [m for m in range(1, 65) if lin._mma_rows(m)] == list(range(1, 17))  # (prologue calls)
-    int4._PLAIN_ROUTE[lin._plain_key(64)] = False
+    assert lin.route(20)[0] == "w4a16-mma" and lin.route(40)[0] == "triton-w4-rows"
+    lin.tuning[lin._plain_key(64)] = False
     assert not lin._plain_mma(64)
-    monkeypatch.setattr(int4, "MMA_PLAIN", False)
-    assert [m for m in range(1, 65) if lin._plain_mma(m)] == list(range(1, 17))
 
 
 def test_ks_max_and_default_cfg_stay_within_the_compiled_variants():
@@ -649,13 +642,9 @@ def test_cuda_dense_gemm_matches_reference_for_every_config(dtype):
 def test_dense_routing_is_on_for_two_to_eight_rows_and_cpu_calls_stay_on_linear(monkeypatch):
     # the engine takes the dense MMA kernel for 2..8 bf16 rows by default (measured: batch 2 and verify T = 3 / 5
     # faster, 9..16 rows slower); with it on, a CPU call still runs F.linear and never asks for the library
-    import os
+    from workbench.engine import EngineConfig, weights
 
-    from workbench.engine import weights
-
-    if not os.environ.get("WORKBENCH_DENSE_MMA", "").strip():
-        assert weights.DENSE_MMA == "auto" and weights.DENSE_MMA_ROWS == (2, 8)
-    monkeypatch.setattr(weights, "DENSE_MMA", True)
+    assert EngineConfig().dense_mma_rows == (2, 8) and EngineConfig().enabled("dense-mma")
     w = torch.randn(32, 64)
     lin = weights.Dense(w)
     x = torch.randn(4, 64)
@@ -669,7 +658,6 @@ def test_dense_route_is_measured_once_per_shape_and_row_class_and_cublas_during_
     from workbench.engine import weights
     from workbench.kernels import timing
 
-    monkeypatch.setattr(weights, "_DENSE_ROUTE", {})
     monkeypatch.setattr(mm, "_DENSE_BEST", {})
     tuned, timed = [], []
     monkeypatch.setattr(mm, "dense_tune", lambda x, w, *a, **k: tuned.append(tuple(x.shape)) or (1, 2, 4))
@@ -682,20 +670,23 @@ def test_dense_route_is_measured_once_per_shape_and_row_class_and_cublas_during_
 
     monkeypatch.setattr(timing, "fastest_config", fake_fastest)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # (a CPU build raises there)
+    tuning = {}  # the engine's dict (Engine.tuning), shared by its matmuls
     a = weights.Dense(torch.randn(32, 64).to(torch.bfloat16))
     b = weights.Dense(torch.randn(32, 128).to(torch.bfloat16))
+    a.tuning = b.tuning = tuning
     assert a._route(3) is False and a._route(8) is False and b._route(2) is True
     assert tuned == [(8, 64), (8, 128)]  # the configuration tuned at the class's largest row count (8)
     assert timed == [("bf16 8-row route", ("mma", "cublas"))] * 2  # once per shape and class
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     c = weights.Dense(torch.randn(32, 256).to(torch.bfloat16))
-    assert c._route(4) is False and len(timed) == 2 and len(weights._DENSE_ROUTE) == 2
+    c.tuning = tuning
+    assert c._route(4) is False and len(timed) == 2 and len(tuning) == 2
     # a kernel that cannot be tuned for a shape: that class stays on cuBLAS, with a warning
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(mm, "dense_tune", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no configuration ran")))
     with pytest.warns(UserWarning, match="cuBLAS instead"):
         assert c._route(4) is False
-    assert weights._DENSE_ROUTE[mm.dense_key(32, 256, 8, torch.bfloat16, False)] is False
+    assert tuning[("dense", 32, 256, 8, str(torch.bfloat16))] is False
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
@@ -704,8 +695,6 @@ def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
 
     if not mm.available("cuda"):
         pytest.skip(mm.why_unavailable())
-    monkeypatch.setattr(weights, "DENSE_MMA", True)
-    monkeypatch.setattr(weights, "_DENSE_ROUTE", {})
     w = (torch.randn(256, 512, device="cuda") * 0.05).to(torch.bfloat16)
     lin = weights.Dense(w)
     for m in (1, 3, 9, 17):
@@ -713,7 +702,7 @@ def test_cuda_dense_routing_takes_the_kernel_for_few_rows(monkeypatch):
         y, ref = lin(x), torch.nn.functional.linear(x, w)
         assert y.shape == ref.shape
         assert float((y.float() - ref.float()).norm() / ref.float().norm()) < 5e-3
-    assert lin._mma is True and list(weights._DENSE_ROUTE) == [mm.dense_key(256, 512, 8, torch.bfloat16, False)]
+    assert lin._mma is True and list(lin.tuning) == [("dense", 256, 512, 8, str(torch.bfloat16))]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -740,17 +729,20 @@ def test_gemm_rejects_an_unknown_act_and_a_residual_with_swiglu():
 
 @pytest.mark.parametrize("on", [True, False])
 def test_fused_mlp_takes_the_swiglu_epilogue_of_an_mma_gate_up(monkeypatch, on):
-    # with MMA_SWIGLU on, gate_up (an MMA weight) gets the normalized rows and act="swiglu", down gets its [M, I]
+    # with w4a16-mma-swiglu on, gate_up (an MMA weight) gets the normalized rows and act="swiglu", down gets its [M, I]
     # output with no prologue and the residual; off, gate_up writes [M, 2 I] and silu_mul runs as its own op
     from workbench.engine import dispatch, ops
 
-    monkeypatch.setattr(int4, "MMA_SWIGLU", on)
+    from workbench.engine import EngineConfig
+
+    cfg = EngineConfig(disabled_kernels=() if on else ("w4a16-mma-swiglu",))
     cpu = ops.get_ops(torch.device("cpu"))
     q = torch.randint(0, 16, (64, 256), dtype=torch.uint8)
     gu = int4.Int4Linear(q, torch.rand(64, 2) * 0.01, torch.full((64, 2), 8.0), torch.bfloat16, "triton:dequant")
     qd = torch.randint(0, 16, (256, 32), dtype=torch.uint8)
     dn = int4.Int4Linear(qd, torch.rand(256, 1) * 0.01, torch.full((256, 1), 8.0), torch.bfloat16, "triton:dequant")
     gu.mma = dn.mma = True
+    gu.cfg = dn.cfg = cfg
     calls = []
     y_gu = torch.randn(4, 64).to(torch.bfloat16)
 
@@ -805,7 +797,7 @@ def test_cuda_swiglu_epilogue_matches_silu_mul_of_the_plain_call_for_every_confi
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_cuda_engine_steps_with_the_swiglu_epilogue_match_the_separate_silu_mul(monkeypatch):
     # a bf16 W4A16 engine (MMA kernel): prefill, one-row decode (unfused path), a 5-row and a 2-row step (fused path)
-    # with SwiGLU in the gate_up kernel against MMA_SWIGLU off; the epilogue must have run in both paths
+    # with SwiGLU in the gate_up kernel against w4a16-mma-swiglu off; the epilogue must have run in both paths
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from workbench.engine import Engine
@@ -835,52 +827,22 @@ def test_cuda_engine_steps_with_the_swiglu_epilogue_match_the_separate_silu_mul(
         out.append(eng.extend_batch([1, 0], ids[:2, 12:13])[:, 0])
         return torch.cat([o.reshape(-1, o.shape[-1]) for o in out]).float()
 
-    monkeypatch.setattr(int4, "MMA_SWIGLU", True)
+    from workbench.engine import EngineConfig
+
+    def use(cfg):
+        for m in eng.w.matmuls():
+            if isinstance(m, int4.Int4Linear):
+                m.cfg = cfg
+
+    use(EngineConfig())
     on = steps()
     assert {m for m, a in acts if a == "swiglu"} >= {1, 2, 5}, acts
     acts.clear()
-    monkeypatch.setattr(int4, "MMA_SWIGLU", False)
+    use(EngineConfig(disabled_kernels=("w4a16-mma-swiglu",)))
     off = steps()
     assert not any(a == "swiglu" for _, a in acts)
     torch.testing.assert_close(on, off, atol=3e-2, rtol=3e-2)
     assert float((on - off).abs().max()) < float(off.abs().max()) * 1e-2
-
-
-def test_wgmma_build_is_opt_in_and_keys_the_cache(monkeypatch):
-    # the default Hopper build is plain sm_90 (no WG variants, the tuner's space unchanged); WORKBENCH_W4MMA_WGMMA=1
-    # builds sm_90a with -DWB_WGMMA, and only for 9.0; the flags enter the cache tag so the two builds never mix
-    monkeypatch.delenv("WORKBENCH_W4MMA_WGMMA", raising=False)
-    assert mm._arch_flags("90") == ["-gencode=arch=compute_90,code=sm_90"]
-    monkeypatch.setenv("WORKBENCH_W4MMA_WGMMA", "1")
-    assert mm._arch_flags("90") == ["-gencode=arch=compute_90a,code=sm_90a", "-DWB_WGMMA"]
-    assert mm._arch_flags("89") == ["-gencode=arch=compute_89,code=sm_89"]
-    assert 'tag = hashlib.sha256(src + " ".join(_arch_flags(arch)).encode()' in Path(mm.__file__).read_text()
-    wg = [v for v in mm.source_variants() if v[4] == mm.WIDE + mm.WIDE_WG + mm.WIDE_PRESCALED]
-    assert wg and all(v[0] == 128 and v[1] >= 2 for v in wg)  # listed for the loader; compiled only with -DWB_WGMMA
-    assert "#if defined(WB_WGMMA)\n#define WB_W4WG_VARIANTS(X)" in mm.SRC.read_text()
-
-
-def test_ptx_same_ignores_only_the_file_name():
-    # benchmarks.ptx_same proves a CPU-only refactor of the library keeps its code: the anonymous namespace's tag
-    # (and its length prefix) and comments / .file / .loc lines differ between two copies of one source, an
-    # instruction must not
-    from benchmarks.ptx_same import normalize
-
-    a = ("// Generated by NVIDIA NVVM Compiler\n\t.file\t1 \"/tmp/a/base/w4a16_mma.cu\"\n"
-         ".entry _ZN39_GLOBAL__N__9f8e7d6c_12_w4a16_mma_cu_493a096a16w4a16_mma_kernelILb1EEEvv(\n"
-         "\t.loc\t1 887 3\n\tld.global.cg.v4.f32 {%f1,%f2,%f3,%f4}, [%rd5];\n\t@%p1 bra \t$L__BB161_2;\n")
-    b = (a.replace("/tmp/a/base", "/tmp/b/tree").replace("39_GLOBAL__N__9f8e7d6c_12", "38_GLOBAL__N__01ab23cd_12")
-         .replace("887 3", "833 5").replace("BB161_", "BB169_"))
-    assert a != b and normalize(a) == normalize(b)
-    assert "ANON16w4a16_mma_kernel" in normalize(a)
-    assert normalize(a) != normalize(b.replace("ld.global.cg", "ld.global.ca"))
-    assert normalize(a) != normalize(b.replace("BB169_2", "BB169_3"))  # another block is another branch
-
-    from benchmarks.ptx_same import compare_entries
-
-    two = ".entry k1(\n\tret;\n}\n.visible .entry k2(\n\tmov.u32 %r1, 1;\n}\n"
-    other = two.replace("%r1, 1", "%r1, 2") + ".entry k3(\n\tret;\n}\n"
-    assert compare_entries(two, other) == {"same": ["k1"], "changed": ["k2"], "only_base": [], "only_tree": ["k3"]}
 
 
 def test_ptxas_regs_reads_registers_spills_and_smem():

@@ -103,6 +103,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -166,29 +167,43 @@ def _arch_flags(arch: str) -> list:
     return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
 
 
+def library_path(arch: str, nvcc: str | None = None) -> Path | None:
+    """Where :func:`build` puts (or put) the library for ``arch``: the cache file named by the source, the nvcc
+    flags and the compiler version; None without nvcc."""
+    nvcc = nvcc or _nvcc()
+    if nvcc is None:
+        return None
+    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    tag = hashlib.sha256(SRC.read_bytes() + " ".join(_arch_flags(arch)).encode() + ver.encode()).hexdigest()[:16]
+    return _cache_dir() / f"w4a16_mma_sm{arch}_{tag}.so"
+
+
 def build(arch: str, out: Path | None = None, nvcc: str | None = None) -> Path:
     """Compile ``csrc/w4a16_mma.cu`` into a shared library for ``arch`` (e.g. ``"90"``) and return its path;
-    a library already built from the same source, architecture and compiler is reused. Raises ``RuntimeError``
+    a library already built from the same source, architecture and compiler is reused. Prints that it is
+    compiling and how long it took (about 80 s on 16 cores, 4-5 min on 2). Raises ``RuntimeError``
     when ``nvcc`` is missing or the compilation fails (its output in the message)."""
     nvcc = nvcc or _nvcc()
     if nvcc is None:
         raise RuntimeError("nvcc not found (PATH, $CUDA_HOME/bin): install the CUDA toolkit, or set "
-                           "WORKBENCH_W4MMA_SO to a prebuilt library, or WORKBENCH_W4MMA=0")
-    src = SRC.read_bytes()
-    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    tag = hashlib.sha256(src + " ".join(_arch_flags(arch)).encode() + ver.encode()).hexdigest()[:16]
-    out = out or _cache_dir() / f"w4a16_mma_sm{arch}_{tag}.so"
+                           "WORKBENCH_W4MMA_SO to a prebuilt library, or disable the kernel "
+                           "(WORKBENCH_DISABLED_KERNELS=w4a16-mma,dense-mma)")
+    out = out or library_path(arch, nvcc)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     cmd = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17"] + _arch_flags(arch) + ["-o", tmp, str(SRC)]
+    print(f"workbench: compiling the W4A16 CUDA library for sm_{arch} into {out} (once per source and GPU "
+          "architecture; prebuild with `python -m workbench.kernels.build`)...", flush=True)
+    t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode:
         os.unlink(tmp)
         raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
     os.replace(tmp, out)
+    print(f"workbench: compiled the W4A16 CUDA library in {time.perf_counter() - t0:.0f} s", flush=True)
     return out
 
 
@@ -215,8 +230,10 @@ def _load(path: str) -> ctypes.CDLL:
     return lib
 
 
-def _lib(device: torch.device):
-    """The loaded library for ``device``'s architecture, or None (the reason in ``_STATE["why"]``)."""
+def _lib(device: torch.device, build_it: bool = True):
+    """The loaded library for ``device``'s architecture, or None (the reason in ``_STATE["why"]``). With
+    ``build_it`` False, only a prebuilt library (``WORKBENCH_W4MMA_SO``, or the cache file :func:`build` wrote) is
+    loaded, and None is not remembered (a later call may build)."""
     cc = torch.cuda.get_device_capability(device)
     arch = f"{cc[0]}{cc[1]}"
     if arch in _STATE:
@@ -230,6 +247,12 @@ def _lib(device: torch.device):
             lib = _load(pre) if pre else None
         except (OSError, AttributeError):  # built on another system image, or not this library: build here
             lib = None
+        if lib is None and not build_it:
+            path = library_path(arch)
+            if path is None or not path.exists():
+                _STATE["why"] = "not built yet (python -m workbench.kernels.build)"
+                return None
+            lib = _load(str(path))
         lib = lib or _load(str(build(arch)))
         _STATE["why"] = ""
     except (RuntimeError, OSError, AttributeError) as e:  # AttributeError: a library without our symbols
@@ -238,14 +261,15 @@ def _lib(device: torch.device):
     return lib
 
 
-def available(device) -> bool:
+def available(device, build: bool = True) -> bool:
     """The kernel can run on ``device``: CUDA, not switched off (``WORKBENCH_W4MMA=0``), and the library built
-    (or prebuilt) and loaded. The first call may compile it (about 40 s). :func:`why_unavailable` says why not."""
+    (or prebuilt) and loaded. With ``build`` (an INT4 layer needs it) the first call may compile it (about 80 s on
+    16 cores, printed); without, only a library built before counts. :func:`why_unavailable` says why not."""
     device = torch.device(device)
     if device.type != "cuda" or not enabled() or torch.version.hip is not None:
         _STATE["why"] = "not a CUDA device" if device.type != "cuda" else "switched off (WORKBENCH_W4MMA=0)"
         return False
-    return _lib(device) is not None
+    return _lib(device, build) is not None
 
 
 def why_unavailable() -> str:
