@@ -843,17 +843,3 @@ def test_cuda_engine_steps_with_the_swiglu_epilogue_match_the_separate_silu_mul(
     assert not any(a == "swiglu" for _, a in acts)
     torch.testing.assert_close(on, off, atol=3e-2, rtol=3e-2)
     assert float((on - off).abs().max()) < float(off.abs().max()) * 1e-2
-
-
-def test_ptxas_regs_reads_registers_spills_and_smem():
-    from benchmarks.ptxas_regs import parse
-
-    log = ("ptxas info    : Compiling entry function '_Z1kv' for 'sm_90a'\n"
-           "ptxas info    : Function properties for _Z1kv\n"
-           "    16 bytes stack frame, 76 bytes spill stores, 72 bytes spill loads\n"
-           "ptxas info    : Used 255 registers, used 1 barriers, 4 bytes smem\n"
-           "ptxas info    : Compiling entry function '_Z1jv' for 'sm_90a'\n"
-           "ptxas info    : Used 98 registers, used 1 barriers\n")
-    assert parse(log) == [
-        {"kernel": "_Z1kv", "registers": 255, "spill_stores": 76, "spill_loads": 72, "smem_bytes": 4},
-        {"kernel": "_Z1jv", "registers": 98, "spill_stores": 0, "spill_loads": 0, "smem_bytes": 0}]

@@ -452,13 +452,13 @@ class Engine:
     # ------------------------------------------------------------------ routing
     def route_table(self, rows=None) -> pd.DataFrame:
         """Which kernel runs each matmul, as a tidy frame: one row per matmul (``layers.0.qkv``, ..., ``lm_head``)
-        and row count ``rows`` (default: 1, ``max_batch`` and a 512-token prefill, capped at ``max_seq``), with
+        and row count ``rows`` (default: 1, ``max_batch`` and a 512-token prefill), with
         columns ``matmul``, ``rows``, ``kernel`` (names of :mod:`workbench.engine.routing`), ``path`` (``fused``:
         the step runs the fused calls of :mod:`workbench.engine.dispatch`; ``plain``), ``config`` (the runtime
         label, e.g. ``"int4 cpu-int4pack g64 for <= 8 rows, dequantized copy for more"``) and ``why``. Kernels
         chosen by a timing on this machine (``dense-mma``, ``w4a16-mma`` above ``w4a16_mma_rows``) show the
         outcome once measured (at engine build for the engine's batch sizes)."""
-        rows = sorted({1, self.max_batch, min(512, self.max_seq)} if rows is None else {int(r) for r in rows})
+        rows = sorted({1, self.max_batch, 512} if rows is None else {int(r) for r in rows})
         names = [f"layers.{i}.{n}" for i in range(len(self.w.layers)) for n in ("qkv", "o", "gate_up", "down")]
         out = []
         for name, m in zip(names + ["lm_head"], self.w.matmuls()):
