@@ -40,7 +40,7 @@ def test_config_rejects_unknown_and_fallback_kernels(monkeypatch):
         EngineConfig.from_env()
     with pytest.raises(ValueError, match="last resort"):
         EngineConfig(disabled_kernels=("dequant",))
-    with pytest.raises(ValueError, match="string"):
+    with pytest.raises(TypeError, match="string"):
         EngineConfig(disabled_kernels="tinygemm")
     with pytest.raises(ValueError, match="compute_dtype"):
         EngineConfig(compute_dtype="bf16")

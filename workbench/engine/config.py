@@ -48,7 +48,7 @@ class EngineConfig:
         from workbench.engine.routing import FALLBACKS, kernel_names  # the registry lives beside the kernels
 
         if isinstance(self.disabled_kernels, str):
-            raise ValueError(f"disabled_kernels={self.disabled_kernels!r} is a string; pass a tuple of names")
+            raise TypeError(f"disabled_kernels={self.disabled_kernels!r} is a string; pass a tuple of names")
         names = tuple(sorted({str(n).strip() for n in self.disabled_kernels if str(n).strip()}))
         unknown = [n for n in names if n not in kernel_names()]
         if unknown:

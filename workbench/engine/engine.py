@@ -44,6 +44,7 @@ from workbench.engine.ops import get_ops
 from workbench.engine.rope import rope_tables, round_up
 from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
 
+
 class _w4mma_pdl_max_mt:
     """``with _w4mma_pdl_max_mt(v):`` sets :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` to ``v`` (None: leaves
     it) for the block (a graph capture) and restores it after."""

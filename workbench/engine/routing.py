@@ -17,8 +17,8 @@ outcome, which the route table shows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -135,13 +135,13 @@ def _pow2_group(g: int, lo: int) -> bool:
 
 
 def _w4_gemv(p: Problem, cfg) -> tuple[bool, str]:
-    return _all(_cuda(p), _rows(p, 1, 1), (_pow2_group(p.group_size, 32), f"group {p.group_size} not a power of "
-                                                                           "two >= 32"))
+    return _all(_cuda(p), _rows(p, 1, 1), (_pow2_group(p.group_size, 32), (f"group {p.group_size} not a power of "
+                                                                           "two >= 32")))
 
 
 def _w4_rows(p: Problem, cfg) -> tuple[bool, str]:
-    return _all(_cuda(p), _rows(p, 1, 64), (p.tc, f"group {p.group_size} / zeros not taken (power of two >= 128, "
-                                                  "integer zeros)"))
+    return _all(_cuda(p), _rows(p, 1, 64), (p.tc, (f"group {p.group_size} / zeros not taken (power of two >= 128, "
+                                                  "integer zeros)")))
 
 
 def _tinygemm(p: Problem, cfg) -> tuple[bool, str]:
