@@ -80,9 +80,9 @@ class Dense:
 
     def _route(self, m: int) -> bool:
         """Whether calls of ``m`` rows take the dense MMA kernel: the kernel (tuned) timed against cuBLAS once per
-        shape and row class, at the class's largest row count within :data:`DENSE_MMA_ROWS`, with the weight rotated
-        over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); cached in
-        :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached. A kernel
+        shape and row class, at the class's largest row count within ``EngineConfig.dense_mma_rows``, with the weight
+        rotated over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); recorded in
+        ``self.tuning`` (the engine's ``Engine.tuning``). Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached. A kernel
         that fails to tune or launch here (``RuntimeError``) routes the class to cuBLAS, with a warning."""
         from workbench.kernels import w4a16_mma as mm
         from workbench.kernels.timing import fastest_config, weight_copies
@@ -130,7 +130,7 @@ class Dense:
 
     def warmup(self, max_m: int = 4) -> None:
         """Measure the route (:meth:`_route`) and tune the dense MMA kernel now for each row class of
-        :data:`DENSE_MMA_ROWS`, outside graph capture, whatever ``max_m`` (the engine's batch): verify steps of
+        ``EngineConfig.dense_mma_rows``, outside graph capture, whatever ``max_m`` (the engine's batch): verify steps of
         speculative decoding take up to 9 rows at batch 1. No-op off CUDA or where the kernel is off or does not
         apply."""
         if not self.cfg.enabled("dense-mma") or not self.w.is_cuda:
