@@ -1,4 +1,4 @@
-"""Shared pieces of the H200 benchmarks: model configs, timers, floors, environment record."""
+"""Shared pieces of the benchmark scripts: model configs, timers, floors, environment record."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def environment() -> dict:
     env = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu", "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__, "python": platform.python_version()}
-    for mod in ("triton", "gemlite"):
+    for mod in ("triton",):
         try:
             env[mod] = __import__(mod).__version__
         except (ImportError, AttributeError):
@@ -148,83 +148,3 @@ class Recorder:
         self.data[key] = value
         self.path.write_text(json.dumps(self.data, indent=1, default=str))
         print(f"[{time.strftime('%H:%M:%S')}] {key}: {json.dumps(value, default=str)[:600]}", flush=True)
-
-
-def _warm_inputs(n, k, m, prologue, res, rope_d, dt=torch.bfloat16):
-    """Random operands of one kernel call (on CUDA), shaped as the engine passes them."""
-    x = torch.randn(m, 2 * k if prologue == "swiglu" else k, device="cuda", dtype=dt)
-    nw = torch.rand(k, device="cuda", dtype=dt) + 0.5
-    r = torch.randn(m, n, device="cuda", dtype=dt) if res else None
-    rope = None
-    if rope_d:
-        n_heads = n // rope_d - 2
-        cache = torch.zeros(1, 1, 16, rope_d, device="cuda", dtype=dt)
-        rope = (torch.randn(n, device="cuda", dtype=dt), torch.rand(16, rope_d, device="cuda"),
-                torch.rand(16, rope_d, device="cuda"), torch.tensor([3], device="cuda"),
-                torch.tensor([0], device="cuda"), cache, cache.clone(), n_heads, 1)
-    return x, nw, r, rope
-
-
-def _warm(jobs) -> int:
-    """Worker of :func:`precompile`: launch each job once so its kernel lands in Triton's on-disk cache. A job is
-    ``(kind, n, k, m, prologue, residual, rope_head_dim, cfg)`` with kind "dense" / "int4" (the few-row GEMMs of
-    :mod:`workbench.kernels.rows`), "gemv" (the bf16 one-row GEMV) or "w4gemv" (the INT4 CUDA-core GEMV)."""
-    from workbench.kernels import gemv, rows, w4a16
-
-    done = 0
-    for kind, n, k, m, pro, res, rope_d, cfg in jobs:
-        x, nw, r, rope = _warm_inputs(n, k, m, pro, res, rope_d)
-        try:
-            if kind == "dense" or kind == "gemv":
-                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-                if kind == "dense":
-                    rows.gemm(x, w, pro, nw, 1e-6, r, cfg, rope)
-                elif rope is not None:
-                    gemv.gemv_qkv_rope(x, w, nw, 1e-6, *rope, cfg=cfg)
-                else:
-                    gemv.gemv(x, w, pro, nw, 1e-6, r, cfg)
-            else:
-                qw = torch.randint(-2**31, 2**31 - 1, (n, k // 8), device="cuda", dtype=torch.int32)
-                s = torch.rand(k // 128, n, device="cuda", dtype=torch.bfloat16)
-                z = torch.full_like(s, 8.0)
-                if kind == "int4":
-                    rows.gemm_int4(x, qw, s, z, 128, n, pro, nw, 1e-6, r, cfg, rope)
-                else:
-                    w4a16.gemv(x, qw, s, z, 128, n, cfg)
-            done += 1
-        except Exception as e:  # noqa: BLE001 - a configuration that does not compile is skipped by the tuners too
-            print(f"precompile: {kind} N={n} K={k} M={m} {pro} {cfg}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-    torch.cuda.synchronize()
-    return done
-
-
-def _variant(job) -> tuple:
-    """What decides the compiled variant of a few-row GEMM job (N and K only through divisibility), so that jobs
-    compiling the same kernel are launched once; other kinds are kept as they are."""
-    kind, n, k, m, pro, res, rope_d, cfg = job
-    if kind not in ("dense", "int4"):
-        return job
-    m_pad = max(16, 1 << (m - 1).bit_length())
-    split = cfg[1] if kind == "int4" else cfg[2]
-    tile = (cfg[0],) + tuple(cfg[2:]) if kind == "int4" else tuple(cfg[:2]) + tuple(cfg[3:])
-    return (kind, m_pad, pro, res, rope_d, tile, split > 1, n % cfg[0] == 0,
-            k % (128 if kind == "int4" else cfg[1]) == 0, m == 1 and pro == "rmsnorm")
-
-
-def precompile(jobs: list, procs: int = 14) -> dict:
-    """Compile every kernel variant in ``jobs`` (see :func:`_warm`) in ``procs`` processes at once, so the
-    benchmark's own first launches hit Triton's on-disk cache; returns ``{"jobs", "compiled", "s"}``."""
-    import multiprocessing as mp
-
-    t0 = time.perf_counter()
-    seen, uniq = set(), []
-    for j in sorted(set(jobs), key=str):
-        key = _variant(j)
-        if key not in seen:
-            seen.add(key)
-            uniq.append(j)
-    jobs = uniq
-    chunks = [c for c in (jobs[i::procs] for i in range(procs)) if c]
-    with mp.get_context("spawn").Pool(len(chunks)) as pool:
-        done = sum(pool.map(_warm, chunks))
-    return {"jobs": len(jobs), "compiled": done, "s": time.perf_counter() - t0}

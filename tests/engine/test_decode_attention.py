@@ -68,7 +68,7 @@ def test_token_layout_is_the_o_projection_input(g, t, splits):
 
 def test_kernel_half_precision_close_to_fp32_reference():
     """float16, not bfloat16: Triton 3.6's interpreter multiplies bf16 dot operands as raw bits (the
-    bf16 path is checked on the GPU by benchmarks/check_decode_attention.py)."""
+    bf16 path is checked on the GPU by this file's CUDA tests)."""
     q, k, v, slots, qpos = _case(3, 5, seed=1)
     ref = decode_attention_ref(q, k, v, slots, qpos)
     out = decode_attention(*(a.to(DEV) for a in (q.half(), k.half(), v.half(), slots, qpos)), num_splits=3).cpu()

@@ -3,6 +3,8 @@ weights, one-row decode, a verify-like step of 5 rows, a ragged batch, and the c
 not take a weight. Through Triton's interpreter on a machine without a GPU (``tests/conftest.py``), the
 compiled kernels on a GPU machine; float32, so the paths agree to float32 summation order."""
 
+import functools
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -55,7 +57,7 @@ def test_fused_steps_equal_unfused(w4a16):
     assert e.set_fused_gemv(True, max_rows=64, min_rows=1) is True and e.fused.max_rows == 64
     got = _steps(e, ids)
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-4)
-    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16 g128: 2..64 rows, dispatch.INT4_ONE_ROW_FUSED "auto")
+    e.set_fused_gemv(True)  # the default range (bf16: one row; W4A16 g128: 2..64 rows)
     assert (e.fused.min_rows, e.fused.max_rows) == ((2, 64) if w4a16 else (1, 1))
     torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
 
@@ -84,7 +86,7 @@ def test_group_64_fuses_one_row_steps_only(monkeypatch):
     (dequant), and every step matches the dequantized reference."""
     from workbench.engine import dispatch
 
-    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
+    monkeypatch.setattr(dispatch, "default_rows", functools.partial(dispatch.default_rows, one_row=True))
     m = _model()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3)).to(DEV)
     kw = {"max_batch": 2, "max_seq": 32, "use_graphs": False, "w4a16": "rtn", "group_size": 64}
@@ -121,7 +123,7 @@ def test_w4a16_one_row_steps_take_the_fused_gemv(arch, group, monkeypatch):
     from workbench.engine import dispatch
     from workbench.kernels import w4a16
 
-    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
+    monkeypatch.setattr(dispatch, "default_rows", functools.partial(dispatch.default_rows, one_row=True))
     over = {"num_hidden_layers": 2}
     if arch == "qwen2":  # qkv bias (zero-initialised by HF; _model perturbs it)
         from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -169,7 +171,7 @@ def test_awq_under_gqa_takes_the_fused_one_row_path(monkeypatch):
     from workbench.kernels import w4a16
     from workbench.quant import QuantConfig, quantize
 
-    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
+    monkeypatch.setattr(dispatch, "default_rows", functools.partial(dispatch.default_rows, one_row=True))
     monkeypatch.setattr(w4a16, "DEFAULT", (128, 1, 2, 4, 1))  # untuned shapes: fewer interpreter programs
     calib = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(5))
     q, _ = quantize(_model().cpu(), QuantConfig(method="awq", bits=4, group_size=64), calib)
@@ -185,43 +187,17 @@ def test_awq_under_gqa_takes_the_fused_one_row_path(monkeypatch):
     torch.testing.assert_close(_steps(e, ids), ref, atol=2e-5, rtol=1e-4)
 
 
-def test_one_row_fused_auto_follows_the_group(monkeypatch):
-    """``dispatch.INT4_ONE_ROW_FUSED = "auto"``: one-row W4A16 steps fused only where the model has no fused path
-    for more rows (group 64); group 128 keeps 2..64 rows; bf16 is unaffected."""
+def test_one_row_fused_auto_follows_the_group():
+    """One-row W4A16 steps fused by default only where the model has no fused path for more rows (group 64);
+    group 128 keeps 2..64 rows; bf16 is unaffected."""
     from workbench.engine import dispatch
 
-    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", "auto")
     kw = {"max_batch": 1, "max_seq": 16, "use_graphs": False, "w4a16": "rtn", "w4a16_backend": "triton:dequant"}
     m = _model()
     assert dispatch.default_rows(Engine.from_hf(m, group_size=64, **kw).w) == (1, 64)
     assert dispatch.default_rows(Engine.from_hf(m, group_size=128, **kw).w) == (2, 64)
     assert dispatch.default_rows(Engine.from_hf(m, max_batch=1, max_seq=16, use_graphs=False).w) == (1, 1)
-    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
-    assert dispatch.default_rows(Engine.from_hf(m, group_size=128, **kw).w) == (1, 64)
-
-
-def test_pick_one_row_keeps_the_auto_default_without_an_ab():
-    """``benchmarks.pick_one_row`` prints the value of ``WORKBENCH_INT4_ONE_ROW_FUSED``: the A/B's winner, or, where
-    the JSON or the model's rows are missing, the default ("auto"), as its docstring says. On the code before it,
-    a missing A/B printed "0", which forces one-row fusion off and leaves a g64 model with no fused path at all."""
-    from benchmarks.pick_one_row import pick
-
-    rows = [{"model": "m", "impl": "w4a16_g64_fused", "ms": 0.7}, {"model": "m", "impl": "w4a16_g64_unfused", "ms": 0.8}]
-    assert pick({"decode": rows}, "m") == "1"
-    rows[0]["ms"] = 0.9
-    assert pick({"decode": rows}, "m") == "0"
-    assert pick({}, "m") == "auto" and pick({"decode": rows}, "other") == "auto"
-
-
-def test_one_row_env_override_is_checked(monkeypatch):
-    from workbench.engine import dispatch
-
-    for v, want in (("", "auto"), ("auto", "auto"), ("1", True), ("0", False)):
-        monkeypatch.setenv("WORKBENCH_INT4_ONE_ROW_FUSED", v)
-        assert dispatch._one_row_from_env() == want
-    monkeypatch.setenv("WORKBENCH_INT4_ONE_ROW_FUSED", "true")
-    with pytest.raises(ValueError, match="set it to 0, 1 or auto"):
-        dispatch._one_row_from_env()
+    assert dispatch.default_rows(Engine.from_hf(m, group_size=128, **kw).w, one_row=True) == (1, 64)
 
 
 @pytest.mark.slow
@@ -234,7 +210,7 @@ def test_fused_int4_one_row_calls_are_tuned_up_front_into_the_scratch_column(mon
     from workbench.engine.int4 import Int4Linear
     from workbench.kernels import timing, w4a16
 
-    monkeypatch.setattr(dispatch, "INT4_ONE_ROW_FUSED", True)
+    monkeypatch.setattr(dispatch, "default_rows", functools.partial(dispatch.default_rows, one_row=True))
     monkeypatch.setattr(w4a16, "_BEST", {})
 
     def fake(fn, inner=20, reps=10):

@@ -2,7 +2,7 @@
 every prologue / epilogue, split-K, and the one-row RoPE epilogue. On a machine without a GPU they run through
 Triton's CPU interpreter (``tests/conftest.py`` sets ``TRITON_INTERPRET=1``), where the PTX nibble decoding
 is replaced by the same arithmetic in plain Triton; on a GPU machine the same tests run the compiled kernels
-(``benchmarks/check_rows.py`` adds the full-size shapes).
+(the GPU run of this file covers them).
 
 Tolerances: float32 activations leave only float32 summation order (exact nibble decoding, float32 accumulation,
 ``input_precision="ieee"``), so ``||y - ref|| / ||ref|| < 1e-5`` where the reference rounds as the kernel does;

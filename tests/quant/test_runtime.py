@@ -175,10 +175,10 @@ def test_refused_backend_pads_then_falls_back(monkeypatch):
     import workbench.engine.runtime as rt
 
     class PickyInt4(Int4Linear):  # a kernel that packs only K % 128 == 0 (as tinygemm's 8 K-tiles)
-        def __init__(self, q, scales, zeros, dtype, backend="dequant", device=None):
+        def __init__(self, q, scales, zeros, dtype, backend="dequant", device=None, config=None):
             if backend == "picky" and q.shape[1] % 128:
                 raise RuntimeError("K must be a multiple of 128")
-            super().__init__(q, scales, zeros, dtype, "dequant", device)
+            super().__init__(q, scales, zeros, dtype, "dequant", device, config)
 
     q, _ = quantize(_model(), QuantConfig(bits=4, group_size=64))
     with pytest.warns(UserWarning, match="running it with the 'dequant' backend"):

@@ -2,9 +2,12 @@
 
 * :class:`HFRunner` -- Hugging Face reference (correct everywhere, slow on GPU).
 * :class:`Engine` -- the fast path (own forward, static KV cache, CUDA graphs, W4A16); CPU fallback.
+* :class:`EngineConfig` -- the kernels it may choose (``WORKBENCH_DISABLED_KERNELS``); which it chose:
+  ``Engine.route_table()`` / ``Engine.route_key()`` (:mod:`workbench.engine.routing`).
 """
 
 from workbench.engine.api import BatchRunner, Runner
+from workbench.engine.config import EngineConfig
 from workbench.engine.engine import Engine, SlotRunner
 from workbench.engine.hf_runner import HFRunner
 from workbench.engine.int4 import Int4Linear, dequantize_int4, quantize_rtn_int4, unpack_int4
@@ -25,6 +28,7 @@ def fast_runner(model, max_seq: int = 2048) -> Runner:
 __all__ = [
     "BatchRunner",
     "Engine",
+    "EngineConfig",
     "HFRunner",
     "Int4Linear",
     "Runner",

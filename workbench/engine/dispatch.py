@@ -25,7 +25,7 @@ Where the CUDA W4A16 kernel applies (:mod:`workbench.kernels.w4a16_mma`, ``Int4L
 weight the tensor-core GEMM takes (G = 128, ...) and 2..64 rows of one it does not (G = 64; one row stays on the fused
 CUDA-core GEMV there): the engine then runs RMSNorm and the qkv RoPE + KV write as their own kernels before and
 after it (it has a residual epilogue, and on gate_up a SwiGLU epilogue: :meth:`FusedMatmuls.mlp`,
-``Int4Linear.swiglu``, :data:`workbench.engine.int4.MMA_SWIGLU`, in the unfused path too), and one-row steps of a
+``Int4Linear.swiglu``, kernel variant ``w4a16-mma-swiglu``, in the unfused path too), and one-row steps of a
 G = 128 model take the unfused path (``Int4Linear.one_row_gemv`` is False for such a weight).
 
 with RMSNorm as the prologue of qkv, gate_up and lm_head, SwiGLU as the prologue of down, and the residual add as
@@ -40,8 +40,7 @@ tensor-core GEMMs: 4.63 vs 5.28 ms at batch 16, verify T = 5 4.99 vs 5.61 ms, Qw
 same CUDA-core INT4 GEMV as the unfused path, faster than the tensor-core GEMM at ``M = 1`` on every Qwen2-7B /
 Llama-3-8B shape, with RMSNorm / SwiGLU inside it, :data:`INT4_GEMV_PROLOGUES`, and the residual add and the qkv
 RoPE + KV write as its epilogue: fewer launches per layer than the unfused path) is on by default only
-where a model has no fused multi-row path (:data:`INT4_ONE_ROW_FUSED` "auto": faster on SmolLM2-135M g64, slower
-on Qwen2-7B g128); with it on, ``max_rows`` is cut to 1 where a matmul has only the one-row kernel (group 64). ``Engine.set_fused_gemv(on, max_rows, min_rows)``
+where a model has no fused multi-row path (faster on SmolLM2-135M g64, slower on Qwen2-7B g128); with it on, ``max_rows`` is cut to 1 where a matmul has only the one-row kernel (group 64). ``Engine.set_fused_gemv(on, max_rows, min_rows)``
 overrides the range (``min_rows=1``: one-row W4A16 steps fused).
 """
 
@@ -52,39 +51,15 @@ import warnings
 
 import torch
 
-from workbench.engine.int4 import Int4Linear, tristate_env
+from workbench.engine.int4 import Int4Linear
 from workbench.engine.runtime import InputScaled
 from workbench.engine.weights import Dense
 
 ROWS_MAX = 64  # rows up to which the few-row kernels run (workbench.kernels.rows.ROWS_MAX)
-# time the one-row GEMVs (bf16, and the fused INT4 variants) when an engine turns the fused path on (False: the
-# bf16 GEMVs take default configurations, the INT4 ones are tuned on first use outside graph capture)
-TUNE = True
-# run RMSNorm / SwiGLU inside the INT4 kernels (True) or as their own kernel before a plain INT4 GEMM (False):
-# every program of the tensor-core GEMM recomputes the prologue for its K range, which costs instructions the
-# INT4 kernel is short of (benchmarks/RESULTS.md compares both); read when the fused calls are built
+# RMSNorm / SwiGLU run as their own kernel before a plain INT4 tensor-core GEMM (False), and inside the one-row
+# CUDA-core INT4 GEMV (True): the faster of each pair on the H200 (benchmarks/results/h200_2026-12-01d/)
 INT4_PROLOGUES = {"rmsnorm": False, "swiglu": False}
-# the same switch for the one-row CUDA-core INT4 GEMV (workbench.kernels.w4a16.gemv_fused): True runs the prologue
-# inside the GEMV (each program reads its K range of x once per weight tile; RMSNorm's statistic over the row
-# once per program), False as its own kernel before it (as the unfused path does); read when the fused calls are
-# built. Which is faster is to be measured (benchmarks/check_w4_onerow.py compares both)
 INT4_GEMV_PROLOGUES = {"rmsnorm": True, "swiglu": True}
-# one-row W4A16 steps take the fused GEMV (True), the unfused path (False), or "auto" (the default): on only for a
-# model whose INT4 matmuls have no fused kernel for more rows (a group the tensor-core kernel does not take, e.g. 64:
-# without it such a model has no fused path at all). The A/B on the H200 (benchmarks/check_w4_onerow.py, both
-# variants in one run, fresh engines, CUDA graphs; benchmarks/results/h200_2026-12-01c/w4/) measured batch-1 decode
-# of random-init SmolLM2-135M W4A16 g64 at 0.736 ms fused vs 0.825 ms unfused, and of Qwen2-7B g128 at 3.350 ms
-# fused vs 2.635 ms unfused (2.607 ms with the prologues as their own kernels); with the fused calls tuned as
-# themselves and the whole-K tiles (benchmarks/results/h200_2026-12-01d/w4/) 0.515 vs 0.752 ms and 2.765 vs
-# 2.588 ms (2.554). The environment variable
-# WORKBENCH_INT4_ONE_ROW_FUSED ("0", "1", "auto"), read at import, overrides it (benchmarks A/B it that way).
-def _one_row_from_env() -> bool | str:
-    """:data:`INT4_ONE_ROW_FUSED` from ``WORKBENCH_INT4_ONE_ROW_FUSED`` (unset or empty: "auto";
-    :func:`workbench.engine.int4.tristate_env`). Raises ValueError for any other value than "0", "1" or "auto"."""
-    return tristate_env("WORKBENCH_INT4_ONE_ROW_FUSED")
-
-
-INT4_ONE_ROW_FUSED: bool | str = _one_row_from_env()
 
 
 class FusedMatmuls:
@@ -156,6 +131,23 @@ class FusedMatmuls:
         return self.ops.qkv_rope_cache(qkv, bias, cos, sin, wpos, slots, t, k_cache, v_cache, n_heads, n_kv)
 
 
+def route(fz: FusedMatmuls, lin, m: int, plain: tuple) -> tuple[str, str]:
+    """``(kernel, why)`` of matmul ``lin`` in a fused step of ``m`` rows (``plain``: its route outside them), for
+    :meth:`workbench.engine.Engine.route_table`."""
+    inner = _scaled_inner(lin)
+    if isinstance(inner, Int4Linear):
+        if inner._plain_mma(m):
+            return plain if plain[0] == "w4a16-mma" else ("w4a16-mma", "fused step")
+        if m == 1 and inner.one_row_gemv():
+            return "triton-w4-gemv", "fused step: RMSNorm / SwiGLU / residual / RoPE inside the GEMV"
+        return "triton-w4-rows", "fused step: the tensor-core GEMM with its prologue / epilogue"
+    if isinstance(inner, Dense):
+        if m == 1:
+            return "triton-gemv", "fused step: RMSNorm / SwiGLU / residual / RoPE inside the GEMV"
+        return "triton-rows", "fused step: the Triton tensor-core GEMM with its prologue / epilogue"
+    return plain
+
+
 def _scaled_inner(lin):
     """The matmul behind an AWQ input scale (:class:`InputScaled`: the fused path divides first), else ``lin``."""
     return lin.inner if isinstance(lin, InputScaled) else lin
@@ -168,26 +160,25 @@ def _max_rows(lin) -> int:
     return ROWS_MAX if isinstance(lin, Dense) else 0
 
 
-def default_rows(weights) -> tuple[int, int]:
+def default_rows(weights, one_row: bool | None = None) -> tuple[int, int]:
     """``(min_rows, max_rows)`` of the fused path by default: for a model with a W4A16 matmul ``(2, 64)``, or
-    ``(1, 64)`` with :data:`INT4_ONE_ROW_FUSED`; else ``(1, 1)`` (see the module docstring); :func:`build` cuts
-    ``max_rows`` to what every matmul takes (1 for a model whose INT4 weights only the one-row GEMV takes, which
-    then has no fused path unless one-row steps take it)."""
+    ``(1, 64)`` where some INT4 weight has only the one-row fused kernel (``one_row`` None) or ``one_row`` is True;
+    else ``(1, 1)`` (see the module docstring); :func:`build` cuts ``max_rows`` to what every matmul takes (1 for a
+    model whose INT4 weights only the one-row GEMV takes)."""
     int4 = [m for m in map(_scaled_inner, weights.matmuls()) if isinstance(m, Int4Linear)]
     if int4:
-        one_row = INT4_ONE_ROW_FUSED
-        if one_row == "auto":  # a weight only the one-row GEMV takes among the Triton kernels (e.g. group 64)
+        if one_row is None:  # a weight only the one-row GEMV takes among the Triton kernels (e.g. group 64)
             one_row = any(not m.tc and m.one_row_gemv() for m in int4) or min(m.fused_max_rows() for m in int4) <= 1
         return (1 if one_row else 2, ROWS_MAX)
     return (1, 1)
 
 
-def build(engine, max_rows: int | None = None, tune: bool | None = None,
+def build(engine, max_rows: int | None = None, tune: bool = True,
           min_rows: int | None = None) -> FusedMatmuls | None:
     """The fused calls for ``engine``'s weights, or None where they do not apply: off CUDA (unless
     ``TRITON_INTERPRET=1``, for tests), triton missing, an o_proj bias, a head_dim without a power-of-two divisor
     >= 4 (the one-row RoPE tile), or a matmul without a fused kernel. ``min_rows`` / ``max_rows`` (default
-    :func:`default_rows`) bound the rows of the steps that use it; ``max_rows`` is cut to what every matmul takes. With ``tune`` (default :data:`TUNE`) on CUDA the one-row GEMVs
+    :func:`default_rows`) bound the rows of the steps that use it; ``max_rows`` is cut to what every matmul takes. With ``tune`` on CUDA the one-row GEMVs
     (bf16, and the fused INT4 variants where one-row steps are fused) are timed for this model's shapes (outside
     graph capture, :func:`_tune_one_row`); if that fails the fused path is off (a warning says why)."""
     w, spec = engine.w, engine.spec
@@ -205,7 +196,7 @@ def build(engine, max_rows: int | None = None, tune: bool | None = None,
     except ImportError:
         return None
     fz = FusedMatmuls(gemv, rows, engine.ops, rows_cap, spec.head_dim, lo)
-    if (TUNE if tune is None else tune) and engine.device.type == "cuda" and lo == 1:
+    if tune and engine.device.type == "cuda" and lo == 1:
         try:
             _tune_one_row(engine, gemv, fz)
         except Exception as e:  # noqa: BLE001 - a GPU/Triton combination it does not compile for

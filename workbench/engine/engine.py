@@ -29,24 +29,25 @@ Beyond the protocol, ``extend_batch(..., logits="last")`` returns only each row'
 
 from __future__ import annotations
 
+import hashlib
+import json
+
+import pandas as pd
 import torch
 
 from workbench.arch import ModelSpec, kv_bytes_per_token
 from workbench.engine import dispatch
+from workbench.engine.config import EngineConfig
 from workbench.engine.forward import forward
 from workbench.engine.kv_cache import make_kv_cache, resolve_kv_dtype
 from workbench.engine.ops import get_ops
 from workbench.engine.rope import rope_tables, round_up
 from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
 
-# Capture graphs of more than 8 token rows twice, with and without PDL on the multi-tile INT4 MMA launches, and keep
-# the faster (Engine._pdl_choices). False: one capture with the launch settings as they are.
-GRAPH_PDL_AB = True
-
 
 class _w4mma_pdl_max_mt:
     """``with _w4mma_pdl_max_mt(v):`` sets :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` to ``v`` (None: leaves
-    it) for the block and restores it after."""
+    it) for the block (a graph capture) and restores it after."""
 
     def __init__(self, value):
         self.value = value
@@ -64,34 +65,10 @@ class _w4mma_pdl_max_mt:
             w4a16_mma.PDL_MAX_MT = self.old
 
 
-def _replay_ms(graphs: list, rounds: int = 7, reps: int = 5) -> list:
-    """Median ms per replay of each captured graph, replayed in turn (``rounds`` rounds of ``reps`` replays each,
-    after one warm-up replay), timed with CUDA events on the current stream."""
-    stream = torch.cuda.current_stream()
-    for g in graphs:
-        g.replay()
-    times: list = [[] for _ in graphs]
-    for _ in range(rounds):
-        for i, g in enumerate(graphs):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            for _ in range(reps):
-                g.replay()
-            end.record(stream)
-            end.synchronize()
-            times[i].append(start.elapsed_time(end) / reps)
-    return [sorted(t)[len(t) // 2] for t in times]
-
-
 def default_w4a16_backend(device: torch.device) -> str:
-    """``"triton:dequant"`` on CUDA (the Triton kernels: for steps of up to 64 token rows the tensor-core GEMM of
-    :mod:`workbench.kernels.rows` where the group size is a power of two >= 128, else the CUDA-core GEMV for one
-    row; more rows, i.e. prefill, dequantize the packed weight on the device and run cuBLAS, see
-    :mod:`workbench.engine.int4`: on the H200 a 512-token Qwen2-7B prefill took 154 ms in 64-row blocks of the
-    tensor-core GEMM, ``"triton:rows"``, and 18.9 ms dequantized, against 17.4 / 13.1 ms in bf16 in the same
-    runs), ``"tinygemm"`` if triton does not import, ``"dequant"`` on CPU.
-    gemlite (``"triton:gemlite"``) is opt-in: it returned NaN in one engine configuration on the H200 (cause
-    not established, ``benchmarks/RESULTS.md``)."""
+    """``"triton:dequant"`` on CUDA (few-row steps on the package's kernels, prefill dequantized then cuBLAS; see
+    :mod:`workbench.engine.int4`), ``"tinygemm"`` if triton does not import, ``"dequant"`` on the CPU (where
+    :mod:`workbench.engine.runtime` routes quantized models to torch's CPU INT kernels)."""
     if device.type != "cuda":
         return "dequant"
     try:
@@ -113,6 +90,16 @@ def _decode_attention_kernel(device: torch.device, head_dim: int):
     return decode_attention
 
 
+def _leaves(matmuls) -> list:
+    """The matmul objects behind wrappers (AWQ input scale, padding, CPU copies), wrappers included."""
+    out = []
+    for m in matmuls:
+        while m is not None:
+            out.append(m)
+            m = getattr(m, "inner", None)
+    return out
+
+
 def _default_device(device):
     if device is not None:
         return torch.device(device)
@@ -132,10 +119,15 @@ class Engine:
 
     def __init__(self, spec: ModelSpec, weights: ModelWeights, hf_config, max_batch: int, max_seq: int,
                  dtype: torch.dtype, device: torch.device, use_graphs: bool | None = None,
-                 graph_max_t: int = 16, kv_dtype: str = "auto"):
+                 graph_max_t: int = 16, kv_dtype: str = "auto", config: EngineConfig | None = None):
         if max_batch < 1 or max_seq < 1:
             raise ValueError(f"max_batch={max_batch} and max_seq={max_seq} must be >= 1")
         self.spec, self.w, self.dtype, self.device = spec, weights, dtype, device
+        self.engine_config = config or EngineConfig()  # the kernels routing may choose (route_table says which)
+        self.tuning: dict = {}  # route measurements of this engine's matmuls (dense-mma / w4a16-mma vs the others)
+        for m in _leaves(weights.matmuls()):
+            if hasattr(m, "tuning"):
+                m.tuning, m.engine_config = self.tuning, self.engine_config
         for m in weights.matmuls():  # tune the plain INT4 GEMVs now, not inside the first (timed) step (the
             # fused one-row variants: when the fused path is turned on, workbench.engine.dispatch.build)
             if hasattr(m, "warmup"):
@@ -166,7 +158,7 @@ class Engine:
             raise ValueError("use_graphs=True needs a CUDA device")
         self.graph_max_t = graph_max_t
         self._graphs: dict = {}
-        self.pdl_choice: dict = {}  # (B, T, prefix, last) -> the PDL A/B of its graph (see _pdl_choices)
+        self.pdl_choice: dict = {}  # (B, T, prefix, last) -> PDL_MAX_MT its graph was captured with (_pdl_max_mt)
         self._pool = None
         self._dev_cache: dict = {}
         # attention of small steps (T <= graph_max_t): Triton decode kernel on CUDA, else None = SDPA;
@@ -174,7 +166,7 @@ class Engine:
         self.decode_attention = _decode_attention_kernel(device, spec.head_dim) if self.kvq is None else None
         # steps of few rows: matmuls with the small operations fused in (None = the unfused path)
         self.fused: dispatch.FusedMatmuls | None = None
-        self.set_fused_gemv(device.type == "cuda")
+        self.set_fused_gemv(device.type == "cuda" and self.engine_config.enabled("triton-gemv"))
 
     @property
     def gemv1(self):
@@ -183,8 +175,8 @@ class Engine:
 
     def set_fused_gemv(self, on: bool, max_rows: int | None = None, min_rows: int | None = None) -> bool:
         """Run steps of ``min_rows`` to ``max_rows`` token rows (default :func:`~workbench.engine.dispatch.
-        default_rows`: bf16 1..1, W4A16 2..64, or 1..1 for a model whose INT4 weights have only the one-row kernel
-        (``dispatch.INT4_ONE_ROW_FUSED`` "auto"; True: 1..64)) through
+        default_rows`: bf16 1..1, W4A16 2..64, or 1..64 for a model whose INT4 weights have only the one-row fused
+        kernel) through
         the fused kernels of :mod:`workbench.engine.dispatch` (RMSNorm, SwiGLU, residual adds and, for one row,
         RoPE + KV write inside the matmuls) if ``on`` and the model allows it. Returns whether they are now in
         use. Tunes the one-row GEMVs (bf16, and the fused INT4 variants) for this model's shapes on CUDA (outside
@@ -204,7 +196,7 @@ class Engine:
     def from_hf(cls, model, max_batch: int = 1, max_seq: int | None = None, dtype=None, device=None,
                 w4a16=None, w4a16_backend: str | None = None, group_size: int = 128,
                 quantize_lm_head: bool = False, use_graphs: bool | None = None,
-                quant_runtime: str = "auto", kv_dtype: str = "auto") -> Engine:
+                quant_runtime: str = "auto", kv_dtype: str = "auto", config: EngineConfig | None = None) -> Engine:
         """Engine with the weights of ``model`` (an HF ``*ForCausalLM`` of type llama/qwen2/mistral).
 
         ``dtype``/``device`` default to the model's. A model quantized by ``workbench.quant``
@@ -215,40 +207,47 @@ class Engine:
         weight got (:mod:`workbench.engine.runtime`). For float models, ``w4a16``: None, ``"rtn"`` (RTN INT4 with
         ``group_size``) or a dict ``{hf_module_name: (qweight, scales, zeros)}``. ``max_seq`` defaults
         to ``min(max_position_embeddings, 2048)``. ``kv_dtype``: KV-cache storage (see
-        :mod:`workbench.engine.kv_cache`). Raises ValueError for unsupported architectures.
+        :mod:`workbench.engine.kv_cache`). ``config``: an :class:`~workbench.engine.config.EngineConfig`
+        (default ``EngineConfig.from_env()``; its ``compute_dtype`` is the default ``dtype``). Raises ValueError
+        for unsupported architectures.
         """
         spec = ModelSpec.from_hf_config(model.config, strict=True)
+        config = config or EngineConfig.from_env()
         p = next(model.parameters())
-        dtype = dtype or p.dtype
+        dtype = dtype or config.dtype(p.dtype)
         device = torch.device(device) if device is not None else p.device
         backend = w4a16_backend or default_w4a16_backend(device)
         if max_seq is None:
             max_seq = min(int(getattr(model.config, "max_position_embeddings", 2048)), 2048)
         with torch.no_grad():
-            w = weights_from_hf(model, dtype, device, w4a16, backend, group_size, quantize_lm_head, quant_runtime)
-        return cls(spec, w, model.config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype)
+            w = weights_from_hf(model, dtype, device, w4a16, backend, group_size, quantize_lm_head, quant_runtime,
+                                config)
+        return cls(spec, w, model.config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype,
+                   config=config)
 
     @classmethod
-    def from_config(cls, config, max_batch: int = 1, max_seq: int = 2048, dtype=None, device=None,
+    def from_config(cls, hf_config, max_batch: int = 1, max_seq: int = 2048, dtype=None, device=None,
                     w4a16: bool = False, w4a16_backend: str | None = None, group_size: int = 128,
                     quantize_lm_head: bool = False, use_graphs: bool | None = None, seed: int = 0,
-                    kv_dtype: str = "auto") -> Engine:
+                    kv_dtype: str = "auto", config: EngineConfig | None = None) -> Engine:
         """Random-init engine for an HF config (object, or dict with ``model_type``), built directly
-        on ``device`` (default CUDA if available) in ``dtype`` (default bf16 on CUDA, float32 on CPU);
-        ``kv_dtype`` as in :meth:`from_hf`."""
-        if isinstance(config, dict):
+        on ``device`` (default CUDA if available) in ``dtype`` (default ``config.compute_dtype``, else bf16 on
+        CUDA, float32 on CPU); ``kv_dtype``, ``config`` as in :meth:`from_hf`."""
+        if isinstance(hf_config, dict):
             from transformers import AutoConfig
 
-            d = dict(config)
-            config = AutoConfig.for_model(d.pop("model_type"), **d)
-        spec = ModelSpec.from_hf_config(config, strict=True)
+            d = dict(hf_config)
+            hf_config = AutoConfig.for_model(d.pop("model_type"), **d)
+        spec = ModelSpec.from_hf_config(hf_config, strict=True)
         device = _default_device(device)
-        dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+        config = config or EngineConfig.from_env()
+        dtype = dtype or config.dtype(torch.bfloat16 if device.type == "cuda" else torch.float32)
         backend = w4a16_backend or default_w4a16_backend(device)
         with torch.no_grad():
             w = random_weights(spec, dtype, device, spec.qkv_bias, w4a16, backend, group_size, quantize_lm_head, seed,
-                               std=float(getattr(config, "initializer_range", 0.02)))
-        return cls(spec, w, config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype)
+                               std=float(getattr(hf_config, "initializer_range", 0.02)), config=config)
+        return cls(spec, w, hf_config, max_batch, max_seq, dtype, device, use_graphs, kv_dtype=kv_dtype,
+                   config=config)
 
     # ------------------------------------------------------------------ protocol
     def lengths(self) -> torch.Tensor:
@@ -416,45 +415,29 @@ class Engine:
         torch.cuda.current_stream(self.device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        choices = self._pdl_choices(b * t)
-        caps = []
-        for mt in choices:
-            with _w4mma_pdl_max_mt(mt):
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool):
-                    out = self._forward(st["slots"], st["tokens"], st["nv"], prefix, last)
-            caps.append((graph, out))
-        pick = 0
-        if len(caps) > 1:  # replays with n_valid 0 write only the scratch row
-            ms = _replay_ms([g for g, _ in caps])
-            pick = min(range(len(caps)), key=ms.__getitem__)
-            self.pdl_choice[key] = {"w4mma_pdl_max_mt": choices[pick], "ms": dict(zip(choices, ms))}
-        graph, out = caps[pick]
-        del caps
+        mt = self._pdl_max_mt(b * t)
+        with _w4mma_pdl_max_mt(mt):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = self._forward(st["slots"], st["tokens"], st["nv"], prefix, last)
+        if mt is not None:
+            self.pdl_choice[key] = mt
         self._graphs[key] = (graph, st, out)
         return self._graphs[key]
 
-    def _pdl_choices(self, rows: int) -> tuple:
-        """The values of :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` a graph of ``rows`` token rows is captured
-        with: the module's own, and 1 (the INT4 MMA kernels of more than one 8-row tile launched without PDL) where
-        :data:`GRAPH_PDL_AB` is on, ``rows > 8`` and an INT4 matmul of this model (AWQ-scaled ones unwrapped) runs
-        ``rows`` rows through the MMA kernel. On the H200
-        (Qwen2-7B W4A16, ``benchmarks/results/h200_2026-12-04/pdl_*``) the verify step of 9 rows took 3.032 ms with
-        PDL on every launch and 2.867 ms with 1, while batch 16 took 3.021 and 3.170: neither setting wins both,
-        so each graph measures both and keeps the faster (:attr:`pdl_choice`)."""
-        if not GRAPH_PDL_AB or rows <= 8:
-            return (None,)
+    def _pdl_max_mt(self, rows: int):
+        """:data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` for a graph of ``rows`` token rows: 1 (the multi-tile INT4
+        MMA launches without programmatic dependent launch) above 32 rows where an INT4 matmul of this model runs
+        them through the MMA kernel, else None (the module's own, 8). On the H200 (Qwen2-7B W4A16) batch 64 took
+        6.05 ms with 1 and 6.63 with 8, batches 16 / 32 3.00 / 4.12 ms with 8 and 3.19 / 4.32 with 1
+        (``benchmarks/results/h200_2026-12-04d/final_engine.json``, ``pdl_choice``)."""
+        if rows <= 32:
+            return None
         from workbench.engine.dispatch import _scaled_inner
         from workbench.engine.int4 import Int4Linear
 
         int4 = [m for m in map(_scaled_inner, self.w.matmuls()) if isinstance(m, Int4Linear)]
-        if not any(m._mma_rows(rows) or m._plain_mma(rows) for m in int4):  # no MMA launch of these rows
-            return (None,)
-        from workbench.kernels import w4a16_mma
-
-        if w4a16_mma.PDL_MAX_MT <= 1:
-            return (None,)
-        return (w4a16_mma.PDL_MAX_MT, 1)
+        return 1 if any(m._plain_mma(rows) for m in int4) else None
 
     def capture(self, batch_sizes=(1,), ts=(1,), prefix: bool = True, last: bool = False) -> None:
         """Capture graphs ahead of time (otherwise each ``(B, T)`` is captured on first use)."""
@@ -466,6 +449,37 @@ class Engine:
                 if key not in self._graphs:
                     slots = self._to_dev(torch.arange(b))
                     self._capture(key, slots, torch.zeros(b, t, dtype=torch.int64, device=self.device))
+
+    # ------------------------------------------------------------------ routing
+    def route_table(self, rows=None) -> pd.DataFrame:
+        """Which kernel runs each matmul, as a tidy frame: one row per matmul (``layers.0.qkv``, ..., ``lm_head``)
+        and row count ``rows`` (default: 1, ``max_batch`` and a 512-token prefill), with
+        columns ``matmul``, ``rows``, ``kernel`` (names of :mod:`workbench.engine.routing`), ``path`` (``fused``:
+        the step runs the fused calls of :mod:`workbench.engine.dispatch`; ``plain``), ``config`` (the runtime
+        label, e.g. ``"int4 cpu-int4pack g64 for <= 8 rows, dequantized copy for more"``) and ``why``. Kernels
+        chosen by a timing on this machine (``dense-mma``, ``w4a16-mma`` above ``w4a16_mma_rows``) show the
+        outcome once measured (at engine build for the engine's batch sizes)."""
+        rows = sorted({1, self.max_batch, 512} if rows is None else {int(r) for r in rows})
+        names = [f"layers.{i}.{n}" for i in range(len(self.w.layers)) for n in ("qkv", "o", "gate_up", "down")]
+        out = []
+        for name, m in zip(names + ["lm_head"], self.w.matmuls()):
+            for r in rows:
+                kernel, why, path = *m.route(r), "plain"
+                fz = self.fused
+                if fz is not None and fz.min_rows <= r <= fz.max_rows:
+                    kernel, why, path = *dispatch.route(fz, m, r, (kernel, why)), "fused"
+                out.append({"matmul": name, "rows": r, "kernel": kernel, "path": path,
+                            "config": self.w.labels.get(name, "dense"), "why": why})
+        return pd.DataFrame(out, columns=["matmul", "rows", "kernel", "path", "config", "why"])
+
+    def route_key(self, rows=None) -> str:
+        """A short stable string for results keys and provenance: ``"<kernels>@<digest>"``, the distinct kernels
+        of :meth:`route_table` (sorted) and a 10-hex digest of the table's (matmul, rows, kernel, path, config)
+        plus ``EngineConfig.to_dict()``, e.g. ``"cpu-int4pack+dequant+torch-linear@3f2a..."``."""
+        t = self.route_table(rows)
+        body = json.dumps({"routes": t[["matmul", "rows", "kernel", "path", "config"]].values.tolist(),
+                           "config": self.engine_config.to_dict(), "dtype": str(self.dtype)}, default=str)
+        return "+".join(sorted(set(t["kernel"]))) + "@" + hashlib.sha256(body.encode()).hexdigest()[:10]
 
     # ------------------------------------------------------------------ floors
     def weight_bytes(self) -> int:

@@ -14,124 +14,41 @@ non-kernel group sizes are expanded to a runtime group dividing both (see
 (Round-to-nearest baseline as in Frantar et al. 2022 GPTQ, arXiv 2210.17323, sec. 2; Lin et al. 2023
 AWQ, arXiv 2306.00978, keeps the same storage format.)
 
-Backends for ``y = x @ w_hat.T``:
-* ``"dequant"``  -- dequantize to the activation dtype, then ``F.linear``; CPU path and reference.
+Backends for ``y = x @ w_hat.T`` (which kernel runs each call: :mod:`workbench.engine.routing`, with the names
+the route table uses in brackets):
+
+* ``"dequant"`` -- dequantize to the activation dtype, then ``F.linear``; the reference [``dequant``].
 * ``"tinygemm"`` -- ``torch.ops.aten._weight_int4pack_mm`` (CUDA, bf16), stores
-  ``w_hat = (q - 8) * scale + (8 - zero) * scale``.
-* ``"gemlite"``  -- ``gemlite.GemLiteLinear`` Triton kernels (Mobius Labs), ``w_hat = q*scale - zero*scale``.
-* ``"triton"`` -- the Triton kernels: for a group size that is a power of two >= 128 with integer zeros, the
-  tensor-core GEMM of :mod:`workbench.kernels.rows` for ``M <= ROWS_MAX`` (= 64) rows (decode batches,
-  verify steps; it also takes the engine's fused RMSNorm / SwiGLU / residual / RoPE operations, :meth:`fused`);
-  otherwise the CUDA-core GEMV of :mod:`workbench.kernels.w4a16` for ``M <= SMALL_M`` (= 1) rows (tuned per
-  shape on first use outside graph capture, or up front with :meth:`Int4Linear.warmup`). One-row calls go to
-  that GEMV wherever it takes the group size (:data:`ONE_ROW_GEMV`), and it takes the same fused operations
-  for one row (:meth:`fused`, :func:`workbench.kernels.w4a16.gemv_fused`; each fused variant tuned as itself,
-  up front when the engine turns its fused path on, :func:`workbench.engine.dispatch.build`).
-* the CUDA kernel of :mod:`workbench.kernels.w4a16_mma` (hand-written tensor-core W4A16 GEMM, built with
-  ``nvcc`` at first use) takes 1..``MMA_ROWS_TC`` (= 16) rows of every ``"triton"`` backend where it applies (bf16 /
-  fp16, group 64 / 128 / 256, integer zeros), and 2..64 rows of a weight the Triton tensor-core GEMM does not take:
-  plain calls and the residual epilogue (prologues and the RoPE epilogue as their own kernels). On the H200 it is
-  the fastest INT4 kernel here at 1..16 rows (:data:`MMA`, ``WORKBENCH_INT4_MMA``).
-* ``"small:large"`` (e.g. ``"triton:tinygemm"``) -- the first kernel for the rows it takes (above), the second
-  (``"tinygemm"``, ``"gemlite"``, ``"dequant"`` or ``"rows"``) for more rows (prefill).
-* ``"triton:dequant"`` (the CUDA default) -- more rows than the small kernel takes (prefill) dequantize the
-  packed weight on the device (:func:`workbench.kernels.int4_dequant.dequantize_packed`, one pass over it) and
-  run a dense ``F.linear`` (cuBLAS): a prefill step is bound by compute, and this runs it at the dense rate plus
-  one pass over the weight (about 19 GB for a 7B model). On the H200 the stacked study measured a 512-token
-  Qwen2-7B prefill at 154 ms through ``"triton:rows"`` (bf16 17.4 ms in that run, ``benchmarks/results/
-  h200_2026-12-01b/stack_rows_prefill/``) and 18.9 ms through ``"triton:dequant"`` (bf16 13.1 ms in that
-  run, ``.../stack/``). On a weight the tensor-core GEMM does not take, 2..``ROWS_MAX`` rows (decode batches)
-  run tinygemm first (:data:`FEW_ROWS_TINYGEMM`, bf16 on CUDA; a second packing of the weight).
-* ``"triton:rows"`` -- more rows than ``ROWS_MAX`` go through the same tensor-core GEMM in blocks of ``ROWS_MAX``
-  rows (where it applies; tinygemm otherwise). tinygemm's time grows linearly with the rows: on the H200
-  (``benchmarks/results/kernels_h200.json``, Qwen2-7B, M = 64) one layer's four matmuls take 1,058 us in
-  tinygemm and 189 us in the tensor-core GEMM (cuBLAS bf16: 139 us); a 512-token prefill is eight such
-  blocks, 237 ms against 42 ms predicted, and the stacked study measured 231 ms through tinygemm.
+  ``w_hat = (q - 8) * scale + (8 - zero) * scale`` [``tinygemm``].
+* ``"triton:dequant"`` (the CUDA default), ``"triton:rows"``, ``"triton:tinygemm"`` -- few-row calls (decode
+  batches, verify steps) on the package's kernels, in this order where they take the weight: the CUDA
+  tensor-core kernel of :mod:`workbench.kernels.w4a16_mma` [``w4a16-mma``: bf16 / fp16, group 64 / 128 / 256,
+  integer zeros; 1..``EngineConfig.w4a16_mma_rows`` rows where the Triton GEMM also takes the weight, and above
+  that where a timing on this GPU picked it; else 2..64 rows], the Triton CUDA-core GEMV for one row
+  [``triton-w4-gemv``, :mod:`workbench.kernels.w4a16`], the Triton tensor-core GEMM for <= 64 rows
+  [``triton-w4-rows``, :mod:`workbench.kernels.rows`: a group that is a power of two >= 128 with integer zeros],
+  tinygemm for 2..64 rows of a weight none of those takes [bf16; a second packing]. More rows (prefill) take the
+  part after the colon: ``dequant`` dequantizes the packed weight on the device
+  (:func:`workbench.kernels.int4_dequant.dequantize_packed`) and runs cuBLAS (compute-bound: on the H200 a
+  512-token Qwen2-7B prefill took 18.9 ms against 154 ms in 64-row blocks of the Triton GEMM, ``"rows"``).
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 
-KERNELS = ("tinygemm", "gemlite", "triton")  # "triton" handles few rows only
+KERNELS = ("tinygemm", "triton")  # "triton" handles few rows only
 SMALL_M = 1  # rows up to which the CUDA-core Triton GEMV is used where the tensor-core GEMM does not apply
-# (H200: it beats tinygemm at M = 1 only, benchmarks/RESULTS.md)
-ROWS_MAX = 64  # rows up to which the tensor-core GEMM is used (workbench.kernels.rows.ROWS_MAX)
-ONE_ROW_GEMV = True  # one-row calls go to the CUDA-core GEMV where it applies: on the H200 it beats the tensor-core
-# GEMM at M = 1 on every Qwen2-7B / Llama-3-8B matmul (e.g. gate_up 32.0 vs 36.6 us; benchmarks/RESULTS.md)
-# "triton:dequant" on a weight the tensor-core GEMM does not take (a group of 32 or 64, e.g. every 576-wide layer
-# of SmolLM2-135M): 2..ROWS_MAX rows (decode batches, verify steps) go through tinygemm (a second packing of the
-# weight, bf16 on CUDA), more rows dequantize. Dequantizing for every decode step of 8 rows made the built-in
-# model's W4A16 batch-8 decode 2.6-3.4 ms on the H200 against bf16's 1.14 (01 notebook, benchmarks/results/
-# h200_2026-12-01c/); with tinygemm 1.18-2.09 ms (bf16 1.39 in that run; benchmarks/RESULTS.md, evening section).
-FEW_ROWS_TINYGEMM = True
-# one-row fused calls (Int4Linear.fused through the CUDA-core GEMV) take a launch configuration tuned for the fused
-# call itself (prologue, residual, RoPE epilogue; workbench.kernels.w4a16.tune_fused), as the bf16 GEMV does; False:
-# the configuration tuned for the plain GEMV of the same shape (what ran before the fused calls had their own tuner)
-TUNE_FUSED = True
-# few-row calls of the "triton" backends go to the hand-written CUDA tensor-core kernel
-# (workbench.kernels.w4a16_mma) wherever it takes the weight (bf16 / fp16, group 64 / 128 / 256, integer zeros) and
-# its library builds on this machine (which rows: Int4Linear._mma_rows): plain calls and the residual epilogue;
-# prologues run as their own kernels (the RoPE epilogue too). "auto" (the default): on where available; False: the Triton kernels above.
-# WORKBENCH_INT4_MMA ("0", "1", "auto"), read at import, overrides it.
-def tristate_env(name: str) -> bool | str:
-    """A kernel switch from environment variable ``name``: "1" True, "0" False, "auto" or unset/empty "auto".
-    Raises ValueError for any other value."""
-    v = os.environ.get(name, "").strip()
-    table = {"": "auto", "auto": "auto", "1": True, "0": False}
-    if v not in table:
-        raise ValueError(f"{name}={v!r}: set it to 0, 1 or auto (or unset it)")
-    return table[v]
+ROWS_MAX = 64  # rows up to which the tensor-core GEMMs are used (workbench.kernels.rows.ROWS_MAX)
+LARGE = ("tinygemm", "dequant", "rows")  # kernels for the rows the small one does not take
+BACKENDS = ("dequant", "tinygemm", "triton:rows", "triton:tinygemm", "triton:dequant")
 
 
-def _mma_from_env() -> bool | str:
-    """:data:`MMA` from ``WORKBENCH_INT4_MMA`` (:func:`tristate_env`)."""
-    return tristate_env("WORKBENCH_INT4_MMA")
+def _default_config():
+    from workbench.engine.config import EngineConfig
 
-
-MMA: bool | str = _mma_from_env()
-# rows up to which the MMA kernel is used where the Triton tensor-core GEMM also takes the weight (more rows go to
-# that GEMM). H200, Qwen2-7B (benchmarks/results/h200_2026-12-03/, benchmarks/RESULTS.md): per layer (four matmuls,
-# tuned MMA configurations) the MMA kernel took 64.3 / 95.2 / 156.2 / 283.1 us at M = 8 / 16 / 32 / 64 against the
-# Triton GEMM's (default configuration) 122.4 / 137.7 / 151.1 / 263.0; engine steps with every row count <= 64 on
-# the MMA kernel: batch 16 3.507 ms (Triton path 3.758), batch 32 5.269 (4.832 with 8 here), batch 64 10.692
-# (8.562). So 16: the MMA kernel where it won the engine step, the Triton GEMM from 17 rows. Re-measured with the
-# prescaled wide variants (benchmarks/results/h200_2026-12-03b/): per layer 154.9 / 255.6 us at 32 / 64 rows against
-# the Triton GEMM's 150.0 / 267.0, but engine steps with every row on the MMA kernel 5.259 / 9.898 ms against
-# 4.822 / 8.473 (one threshold sends every matmul to the MMA kernel, also those where it loses, e.g. gate_up at 32
-# rows), so still 16, and above it each plain call is routed by measurement (MMA_PLAIN below).
-# WORKBENCH_INT4_MMA_ROWS_TC (an integer 0..64), read at import, overrides it.
-MMA_ROWS_TC = int(os.environ.get("WORKBENCH_INT4_MMA_ROWS_TC", "").strip() or 16)
-if not 0 <= MMA_ROWS_TC <= 64:
-    raise ValueError(f"WORKBENCH_INT4_MMA_ROWS_TC={MMA_ROWS_TC}: set it to 0..64 (or unset it)")
-# Calls without prologue or RoPE of MMA_ROWS_TC + 1..64 rows (with workbench.engine.dispatch.INT4_PROLOGUES off,
-# the default, that is every multi-row matmul of a step: RMSNorm / SwiGLU run first as their own kernels, RoPE after
-# the qkv matmul): the MMA kernel where Int4Linear.warmup timed it faster than the Triton GEMM for that weight's shape
-# and row class (8 MT rows; timed at the class's largest row count, residual epilogue on both, with the configuration
-# the call will use), else the Triton GEMM. H200 (benchmarks/results/h200_2026-12-03b/plain_route_engine.json, one
-# call): Qwen2-7B batch 64 7.630 ms against 8.677 with WORKBENCH_INT4_MMA_PLAIN=0, batch 32 4.770 against 4.831.
-# WORKBENCH_INT4_MMA_PLAIN ("0", "1", "auto"; "auto" = "1"), read at import: "0" turns the measurement off.
-MMA_PLAIN: bool | str = tristate_env("WORKBENCH_INT4_MMA_PLAIN")
-# The timing of MMA_PLAIN also takes the group-deep Triton dot GEMM (workbench.kernels.w4a16_dot: one G-deep
-# tensor-core dot per group, for 32-64 rows where the two kernels above issue too many instructions per MMA);
-# _PLAIN_ROUTE then holds "mma", "rows" or "dot". WORKBENCH_INT4_DOT ("0", "1", "auto"; "auto" = "1"), read at
-# import: "0" leaves it out of the timing.
-DOT: bool | str = tristate_env("WORKBENCH_INT4_DOT")
-_PLAIN_ROUTE: dict = {}  # w4a16_mma.key(...) -> "mma" / "rows" / "dot" (True / False: MMA / Triton GEMM), by warmup
-# gate_up calls that take the MMA kernel (Int4Linear.swiglu: the rows of _plain_mma) write silu(gate) * up from the
-# kernel's epilogue (workbench.kernels.w4a16_mma.gemm act="swiglu", the rounding of the engine's silu_mul) instead of
-# [M, 2 I] for a separate silu_mul kernel: one launch and one [M, 2 I] round trip less per layer. H200, Qwen2-7B
-# (benchmarks/results/h200_2026-12-03c/final_engine.json, one call, on against off): batch 1 2.163 vs 2.185 ms,
-# batch 16 3.286 vs 3.391, batch 64 7.440 vs 7.588, verify T = 9 3.145 vs 3.266; per gate_up call (call1_layers.json)
-# 31.7 vs 32.6 us (matmul + silu_mul) at one row, 42.5 vs 45.3 at 16.
-# WORKBENCH_INT4_MMA_SWIGLU ("0", "1", "auto"; "auto" = "1"), read at import: "0" turns it off (benchmarks A/B it).
-MMA_SWIGLU: bool | str = tristate_env("WORKBENCH_INT4_MMA_SWIGLU")
-LARGE = ("tinygemm", "gemlite", "dequant", "rows")  # kernels for the rows the small one does not take
-BACKENDS = ("dequant", "tinygemm", "gemlite", "triton:rows", "triton:tinygemm", "triton:gemlite", "tinygemm:gemlite",
-            "triton:dequant")
+    return EngineConfig()
 
 
 # Per MMA row class (w4a16_mma.ROW_CLASSES): its first row count and the row count it is tuned at when the engine's
@@ -217,7 +134,7 @@ class Int4Linear:
     ``x`` ``[N, in]`` -> ``[N, out]``. Raises ValueError for an unknown backend or bad shapes.
     """
 
-    def __init__(self, q, scales, zeros, dtype: torch.dtype, backend: str = "dequant", device=None):
+    def __init__(self, q, scales, zeros, dtype: torch.dtype, backend: str = "dequant", device=None, config=None):
         small, _, large = backend.partition(":")
         large = large or small
         bad = small not in KERNELS or large not in LARGE or (large == "rows" and small != "triton")
@@ -225,6 +142,8 @@ class Int4Linear:
             raise ValueError(f"backend={backend!r} unknown; use 'dequant', one of {KERNELS[:2]}, or "
                              f"'small:large' with small in {KERNELS} and large in {LARGE} ('rows' after 'triton')")
         device = torch.device(device) if device is not None else q.device
+        self.cfg = config or _default_config()  # the engine's EngineConfig: which kernels routing may choose
+        self.tuning: dict = {}  # route measurements; the engine replaces it with its own dict (Engine.tuning)
         n_groups = scales.shape[1]
         if scales.shape != zeros.shape or scales.shape[0] != q.shape[0] or q.shape[1] % n_groups:
             raise ValueError(f"shapes q {tuple(q.shape)}, scales {tuple(scales.shape)}, zeros "
@@ -241,9 +160,9 @@ class Int4Linear:
         zeros = zeros.to(device=device, dtype=dtype)
         self.small, self.large = small, large
         self.small_rows = SMALL_M  # rows the small kernel takes
-        self.mid = None  # a kernel for small_rows < M <= ROWS_MAX rows before the large one (see FEW_ROWS_TINYGEMM)
+        self.mid = None  # a kernel for small_rows < M <= ROWS_MAX rows before the large one (tinygemm)
         self.tc = False  # the tensor-core GEMM applies (workbench.kernels.rows)
-        self.mma = False  # the CUDA kernel of workbench.kernels.w4a16_mma applies (which rows: _mma_rows; see MMA)
+        self.mma = False  # the CUDA kernel of workbench.kernels.w4a16_mma applies (which rows: _mma_rows)
         if "dequant" in (small, large) and small != "triton":  # "triton:dequant" dequantizes from its packed words
             self.q, self.scales, self.zeros = q, scales, zeros
         if backend == "dequant":
@@ -253,7 +172,7 @@ class Int4Linear:
             from workbench.kernels.int4_layout import pack_int4_gemv
 
             g = self.group_size
-            self.tc = rows.int4_supported(g, zeros, dtype)
+            self.tc = self.cfg.enabled("triton-w4-rows") and rows.int4_supported(g, zeros, dtype)
             if not self.tc and (g < 32 or g & (g - 1)):
                 raise ValueError(f"backend {backend!r}: the Triton kernels need a group_size that is a power of two "
                                  f">= 32, got {g}")
@@ -265,7 +184,7 @@ class Int4Linear:
             if large == "rows" and not self.tc:  # the tensor-core GEMM does not take this weight
                 self.large = large = "tinygemm"
             self.mma = self._mma_applies(device, zeros)
-            if (large == "dequant" and not self.tc and not self.mma and FEW_ROWS_TINYGEMM and device.type == "cuda"
+            if (large == "dequant" and not self.tc and not self.mma and self.cfg.enabled("tinygemm") and device.type == "cuda"
                     and dtype == torch.bfloat16 and g <= 256):  # tinygemm takes groups of 32..256
                 self.mid = "tinygemm"
         if "tinygemm" in (small, large):
@@ -275,18 +194,11 @@ class Int4Linear:
                 self._pack_tinygemm(q, scales, zeros)
             except (RuntimeError, ValueError):
                 self.mid = None
-        if "gemlite" in (small, large):
-            from gemlite import DType, GemLiteLinear
-
-            dt = {torch.bfloat16: DType.BF16, torch.float16: DType.FP16}[dtype]
-            self.mod = GemLiteLinear(4, group_size=self.group_size, in_features=self.in_features,
-                                     out_features=self.out_features, input_dtype=dt, output_dtype=dt)
-            self.mod.pack(q, scales, zeros, None)
 
     def _mma_applies(self, device: torch.device, zeros: torch.Tensor) -> bool:
-        """:data:`MMA` on, CUDA, and :mod:`workbench.kernels.w4a16_mma` takes this weight and is available (its
-        first use on a machine compiles it)."""
-        if not MMA or device.type != "cuda":
+        """``w4a16-mma`` enabled, CUDA, and :mod:`workbench.kernels.w4a16_mma` takes this weight and is available
+        (its first use on a machine compiles it, printed)."""
+        if not self.cfg.enabled("w4a16-mma") or device.type != "cuda":
             return False
         from workbench.kernels import w4a16_mma
 
@@ -307,12 +219,12 @@ class Int4Linear:
         return cfg or mm.default_cfg(self.out_features, self.in_features, m, self.group_size)
 
     def _mma_rows(self, m: int) -> bool:
-        """``m`` rows go through the MMA kernel: 1..:data:`MMA_ROWS_TC` where the Triton tensor-core GEMM takes
+        """``m`` rows go through the MMA kernel: 1..``EngineConfig.w4a16_mma_rows`` where the Triton tensor-core GEMM takes
         the weight, else 2..64 (one row stays on the fused CUDA-core GEMV, which on the H200 made SmolLM2-135M's
         batch-1 step 0.515 ms against 0.752 unfused: :data:`workbench.engine.dispatch.INT4_ONE_ROW_FUSED`)."""
         if not self.mma:
             return False
-        return m <= MMA_ROWS_TC if self.tc else 2 <= m <= ROWS_MAX
+        return m <= self.cfg.w4a16_mma_rows if self.tc else 2 <= m <= ROWS_MAX
 
     def _plain_key(self, m: int) -> tuple:
         from workbench.kernels import w4a16_mma as mm
@@ -321,67 +233,41 @@ class Int4Linear:
 
     def _plain_mma(self, m: int) -> bool:
         """A call of ``m`` rows without prologue or RoPE goes through the MMA kernel: :meth:`_mma_rows`, or (rows
-        above :data:`MMA_ROWS_TC` of a tensor-core weight) where :meth:`warmup` measured it faster (:data:`MMA_PLAIN`)."""
+        above ``w4a16_mma_rows`` of a tensor-core weight) where :meth:`warmup` measured it faster than the Triton
+        GEMM for this shape and row class (recorded in ``self.tuning``, the engine's)."""
         if self._mma_rows(m):
             return True
-        return (bool(MMA_PLAIN) and self.mma and self.tc and MMA_ROWS_TC < m <= ROWS_MAX
-                and _PLAIN_ROUTE.get(self._plain_key(m), False) in (True, "mma"))
-
-    def _plain_dot(self, m: int) -> bool:
-        """A call of ``m`` rows without prologue or RoPE goes through the group-deep Triton dot GEMM
-        (:mod:`workbench.kernels.w4a16_dot`): rows above :data:`MMA_ROWS_TC` of a tensor-core weight where
-        :meth:`warmup` measured it the fastest of the three (:data:`MMA_PLAIN`)."""
-        return (bool(MMA_PLAIN) and self.mma and self.tc and MMA_ROWS_TC < m <= ROWS_MAX and not self._mma_rows(m)
-                and _PLAIN_ROUTE.get(self._plain_key(m)) == "dot")
-
-    def _dot(self, x: torch.Tensor, residual=None) -> torch.Tensor:
-        from workbench.kernels import w4a16_dot
-
-        return w4a16_dot.gemm(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, residual)
+        return (self.mma and self.tc and self.cfg.w4a16_mma_rows < m <= ROWS_MAX
+                and self.tuning.get(self._plain_key(m), False))
 
     def _route_plain(self, m: int) -> bool:
-        """Time the MMA kernel (tuned), the Triton GEMM and (:data:`DOT`) the group-deep dot GEMM (tuned) for ``m``
-        rows with a residual epilogue, weights rotated over enough copies that L2 holds none
-        (:func:`workbench.kernels.timing.fastest_config`); record the winner ("mma", "rows", "dot") in
-        :data:`_PLAIN_ROUTE` and return whether the MMA kernel won. CUDA, outside graph capture."""
-        from workbench.kernels import rows, w4a16_dot
+        """Time the MMA kernel (tuned) and the Triton GEMM for ``m`` rows with a residual epilogue, weights rotated
+        over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); record whether the
+        MMA kernel won in ``self.tuning`` and return it. CUDA, outside graph capture."""
+        from workbench.kernels import rows
         from workbench.kernels import w4a16_mma as mm
         from workbench.kernels.timing import fastest_config, weight_copies
 
         kk = self._plain_key(m)
-        if kk in _PLAIN_ROUTE:
-            return _PLAIN_ROUTE[kk] in (True, "mma")
+        if kk in self.tuning:
+            return self.tuning[kk]
         dev = self.qw.device
         x = torch.randn(m, self.in_features, device=dev, dtype=self.dtype)
         res = torch.randn(m, self.out_features, device=dev, dtype=self.dtype)
         plain = mm.key(self.out_features, self.in_features, m, self.group_size, self.dtype, False)
-        cfg = mm._BEST.get(plain)  # the configuration _mma_cfg will use (tuned already where MMA_ROWS_TC ends inside)
+        cfg = mm._BEST.get(plain)  # the configuration _mma_cfg will use
         if cfg is None:
             cfg = mm._BEST[plain] = mm.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, res)
         ws = weight_copies((self.qw, self.s_t, self.z_t))
         ref = mm.reference(x, self.qw, self.s_t, self.z_t, self.group_size, res)
 
-        cands = ["mma", "rows"]
-        if DOT and w4a16_dot.supported(self.out_features, self.in_features, self.group_size, self.dtype):
-            try:  # tuned with the residual epilogue (down, o take it); the plain calls (qkv, gate_up) take the same
-                dcfg = w4a16_dot.tune(x, self.qw, self.s_t, self.z_t, self.group_size, self.out_features, res)
-                w4a16_dot._BEST.setdefault(w4a16_dot.key(self.out_features, self.in_features, m, self.group_size,
-                                                         self.dtype, False), dcfg)
-                cands.append("dot")
-            except RuntimeError:  # no configuration ran: the other two only
-                pass
-
         def run(w, which):
             if which == "mma":
                 return mm.gemm(x, *w, self.group_size, self.out_features, res, cfg)
-            if which == "dot":
-                return w4a16_dot.gemm(x, *w, self.group_size, self.out_features, res)
             return rows.gemm_int4(x, *w, self.group_size, self.out_features, residual=res)
 
-        timings: dict = {}
-        best = fastest_config(cands, run, ws, ref, timings, f"W4A16 {m}-row route")
-        _PLAIN_ROUTE[kk] = best
-        return _PLAIN_ROUTE[kk] == "mma"
+        self.tuning[kk] = fastest_config(["mma", "rows"], run, ws, ref, {}, f"W4A16 {m}-row route") == "mma"
+        return self.tuning[kk]
 
     def _mma(self, x: torch.Tensor, residual=None, act: str = "none") -> torch.Tensor:
         from workbench.kernels import w4a16_mma
@@ -390,10 +276,10 @@ class Int4Linear:
                               self._mma_cfg(x), act=act)
 
     def swiglu_epilogue(self, m: int) -> bool:
-        """:meth:`swiglu` of ``m`` rows runs as one MMA launch with the SwiGLU epilogue: :data:`MMA_SWIGLU` on,
+        """:meth:`swiglu` of ``m`` rows runs as one MMA launch with the SwiGLU epilogue: ``w4a16-mma-swiglu`` on,
         an even number of rows of 16-row tiles (``out % 16 == 0``), and the MMA kernel takes ``m`` plain rows
         (:meth:`_plain_mma`)."""
-        return bool(MMA_SWIGLU) and self.out_features % 16 == 0 and self._plain_mma(m)
+        return self.cfg.enabled("w4a16-mma-swiglu") and self.out_features % 16 == 0 and self._plain_mma(m)
 
     def swiglu(self, x: torch.Tensor, silu_mul) -> torch.Tensor:
         """``silu_mul(self(x))`` for a gate_up weight (rows ``[gate | up]``): ``x`` ``[M, in]`` in the weight's
@@ -413,13 +299,13 @@ class Int4Linear:
 
     @classmethod
     def from_quantized(cls, qweight, scales, zeros, dtype, backend="dequant", device=None,
-                       in_features: int | None = None):
+                       in_features: int | None = None, config=None):
         """Accept ``qweight`` unpacked ``[out, in]`` (any integer dtype, values 0..15) or packed
         ``[out, in // 2]`` uint8 (see :func:`unpack_int4`; recognised when ``in_features`` is given and
         equals twice its width)."""
         if in_features is not None and qweight.shape[1] * 2 == in_features:
             qweight = unpack_int4(qweight.to(torch.uint8))
-        return cls(qweight.to(torch.uint8), scales, zeros, dtype, backend, device)
+        return cls(qweight.to(torch.uint8), scales, zeros, dtype, backend, device, config)
 
     def nbytes(self) -> int:
         """Bytes read per matmul: 4-bit weights plus scales and zeros (2 bytes each per group). Held in memory:
@@ -438,15 +324,15 @@ class Int4Linear:
         configurations. No-op for other backends, off CUDA, or where
         the tensor-core GEMM takes one-row calls too (it launches a default configuration unless
         :func:`workbench.kernels.rows.tune` ran)."""
-        if self.small != "triton" or self.qw.device.type != "cuda" or (self.tc and not ONE_ROW_GEMV and not self.mma):
+        if self.small != "triton" or self.qw.device.type != "cuda":
             return
         if self.mma:  # one tuning per row class (w4a16_mma.ROW_CLASSES), at the rows of mma_warmup_rows
             for m in mma_warmup_rows(max_m):
                 if self._mma_rows(m):
                     self._mma_cfg(torch.randn(m, self.in_features, device=self.qw.device, dtype=self.dtype))
-            if MMA_PLAIN and self.tc:  # plain calls above MMA_ROWS_TC: timed per class, at its largest row count
+            if self.tc:  # plain calls above w4a16_mma_rows: timed per class, at its largest row count
                 for m in (16, 32, 64):
-                    if MMA_ROWS_TC < m <= min(max_m, ROWS_MAX):
+                    if self.cfg.w4a16_mma_rows < m <= min(max_m, ROWS_MAX):
                         self._route_plain(m)
         if not self.one_row_gemv():
             return
@@ -468,10 +354,11 @@ class Int4Linear:
 
     def one_row_gemv(self) -> bool:
         """One-row calls (plain and :meth:`fused`) run the CUDA-core GEMV of :mod:`workbench.kernels.w4a16`:
-        the ``triton`` backend, a power-of-two group >= 32, and :data:`ONE_ROW_GEMV` on (or no tensor-core GEMM
-        for this weight)."""
+        the ``triton`` backend, a power-of-two group >= 32, ``triton-w4-gemv`` enabled, and the MMA kernel not
+        taking one row (on the H200 the GEMV beat the Triton tensor-core GEMM at one row on every Qwen2-7B /
+        Llama-3-8B matmul)."""
         return (self.small == "triton" and not self._mma_rows(1) and self._gemv_ok()
-                and (ONE_ROW_GEMV or not self.tc))
+                and self.cfg.enabled("triton-w4-gemv"))
 
     def fused_max_rows(self) -> int:
         """Rows up to which :meth:`fused` runs: 64 where the MMA kernel or the tensor-core GEMM applies, 1 where
@@ -500,11 +387,9 @@ class Int4Linear:
         """The launch configuration of a one-row fused GEMV call: tuned for the call itself
         (:func:`workbench.kernels.w4a16.tune_fused`, on CUDA outside graph capture, once per
         :func:`~workbench.kernels.w4a16.fused_key`: shape, group, zero path, dtype and fusions), else the plain
-        GEMV's (:meth:`_gemv_cfg`). :data:`TUNE_FUSED` False: the plain GEMV's always."""
+        GEMV's (:meth:`_gemv_cfg`)."""
         from workbench.kernels import w4a16
 
-        if not TUNE_FUSED:
-            return self._gemv_cfg(x[:, :self.in_features])
         key = w4a16.fused_key(self.out_features, self.in_features, self.group_size, self.int_zero, x.dtype, prologue,
                               residual is not None, rope)
         cfg = w4a16._BEST.get(key)
@@ -525,8 +410,6 @@ class Int4Linear:
                              f"{self.group_size}); check fused_max_rows() first")
         if prologue == "none" and rope is None and x.dtype == self.dtype and self._plain_mma(x.shape[0]):
             return self._mma(x, residual)
-        if prologue == "none" and rope is None and x.dtype == self.dtype and self._plain_dot(x.shape[0]):
-            return self._dot(x, residual)
         if self.mma and not self.tc and not (x.shape[0] == 1 and self._gemv_ok()):
             raise ValueError(f"the MMA kernel takes no prologue or RoPE epilogue (got {prologue!r}, rope="
                              f"{rope is not None}) and no Triton kernel takes {x.shape[0]} rows of group "
@@ -564,7 +447,24 @@ class Int4Linear:
             return F.linear(x, dequantize_packed(self.qw, self.s_t, self.z_t, self.group_size, x.dtype))
         if kernel == "dequant":
             return F.linear(x, dequantize_int4(self.q, self.scales, self.zeros, x.dtype))
-        if kernel == "tinygemm":
-            return torch.ops.aten._weight_int4pack_mm(x.contiguous(), self.packed, self.group_size,
-                                                      self.scales_and_zeros)
-        return self.mod(x)
+        return torch.ops.aten._weight_int4pack_mm(x.contiguous(), self.packed, self.group_size,
+                                                  self.scales_and_zeros)
+
+    def route(self, m: int) -> tuple[str, str]:
+        """``(kernel, why)`` of a plain call of ``m`` rows, as :meth:`__call__` dispatches it (the route table's
+        row; names of :mod:`workbench.engine.routing`)."""
+        if self.backend == "dequant":
+            return "dequant", getattr(self, "route_why", "") or "backend 'dequant'"
+        if self._plain_mma(m):
+            return "w4a16-mma", ("measured faster than the Triton GEMM here" if not self._mma_rows(m) else
+                                 f"{m} rows in its range")
+        kernel = self.small if m <= self.small_rows else self.mid if self.mid and m <= ROWS_MAX else self.large
+        if kernel == "triton":
+            if self.tc and not (m == 1 and self.one_row_gemv()):
+                return "triton-w4-rows", "w4a16-mma does not take these rows" if self.mma else "w4a16-mma unavailable"
+            return "triton-w4-gemv", "one row"
+        if kernel == "rows":
+            return "triton-w4-rows", f"{m} rows in blocks of {ROWS_MAX}"
+        if kernel == "dequant":
+            return "dequant", f"{m} rows: dequantized on the device per call, then cuBLAS (compute-bound)"
+        return "tinygemm", f"{m} rows, no tensor-core kernel takes group {self.group_size}"

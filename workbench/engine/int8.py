@@ -86,6 +86,13 @@ class Int8Linear:
                 w = w - self.offset.float()[:, None]
         return w.to(dtype or self.dtype)
 
+    def route(self, m: int) -> tuple[str, str]:
+        """``(kernel, why)`` for a call of ``m`` rows (the route table's row)."""
+        why = getattr(self, "route_why", "")
+        if self.backend == "dequant":
+            return "dequant", why or f"groups of {self.group_size} (int8pack takes one scale per row); per call"
+        return "int8pack", why
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "dequant":
             return F.linear(x, self.dequantize(x.dtype))

@@ -24,11 +24,12 @@ Which matmul runs a weight (the label each one gets says which, and why):
 * anything else (mixed float and quantized Linears in one fused matmul, different layouts or AWQ
   scales across it): the caller falls back to the dense dequantized weight, with a warning.
 
-On the CPU no quantized matmul beats a dense one (measured on the 2-core CI machine, float32, one
-1536 x 576 weight at batch 1: dense 90 us, ``_weight_int4pack_mm_for_cpu`` 1.8 ms, ``int8pack`` 0.9 ms,
-dequantize-per-call 17 ms), so the engine's default there (``cache=True``) keeps each quantized
-matmul's weight dequantized once (:class:`Dequantized`): dense speed, the bytes of the quantized
-format in ``nbytes``, the same numbers as computing from the codes.
+On the CPU (:mod:`workbench.engine.cpu`) the choice follows :func:`workbench.engine.routing.choose`: with bf16
+activations W4A16 runs torch's CPU INT4 kernel (``cpu-int4pack``) and W8A16 per channel ``int8pack``; where the
+engine keeps a dequantized copy (``cache=True``, the CPU default) they take calls of up to
+``EngineConfig.cpu_int_max_rows`` rows and the copy takes more (prefill) (:class:`~workbench.engine.cpu.FewRows`).
+A float32 engine keeps the dequantized weight (:class:`Dequantized`): with float32 activations those kernels are
+slower than a dense matmul (see :mod:`workbench.engine.cpu`); its route table says so.
 
 AWQ's ``input_scale`` is returned to the caller, which folds ``1 / s`` into the RMSNorm weight in front
 of q/k/v and gate/up (exact in real arithmetic: ``(x_hat * g) / s = x_hat * (g / s)``) and otherwise
@@ -43,8 +44,11 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from workbench.engine.config import EngineConfig
+from workbench.engine.cpu import CpuInt4Linear, FewRows
 from workbench.engine.int4 import Int4Linear, dequantize_int4
 from workbench.engine.int8 import Int8Linear
+from workbench.engine.routing import Problem, choose
 
 __all__ = ["Dequantized", "InputScaled", "PaddedInput", "fuse_params", "quant_matmul", "quant_params_of",
            "runtime_group"]
@@ -69,6 +73,9 @@ class InputScaled:
         if hasattr(self.inner, "warmup"):
             self.inner.warmup(max_m)
 
+    def route(self, m: int) -> tuple[str, str]:
+        return self.inner.route(m)
+
 
 class PaddedInput:
     """``y = inner(pad(x))``: ``inner`` was packed with ``in`` zero-padded to ``padded`` columns."""
@@ -86,6 +93,10 @@ class PaddedInput:
         if hasattr(self.inner, "warmup"):
             self.inner.warmup(max_m)
 
+    def route(self, m: int) -> tuple[str, str]:
+        kernel, why = self.inner.route(m)
+        return kernel, f"in padded by {self.pad} columns" + (f"; {why}" if why else "")
+
 
 class Dequantized:
     """``y = x @ w_hat.T`` with ``w_hat`` of the quantized matmul ``inner`` (``Int4Linear`` with the
@@ -100,6 +111,10 @@ class Dequantized:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.w)
+
+    def route(self, m: int) -> tuple[str, str]:
+        return "dequant", "the weight dequantized once (F.linear)" + (
+            f"; {self.route_why}" if getattr(self, "route_why", "") else "")
 
     def nbytes(self) -> int:
         return self.inner.nbytes()
@@ -154,7 +169,7 @@ def _padded(q, s, z, G: int, kp: int):
     return qp, sp, zp
 
 
-def _int4(p: dict, dtype, device, backend: str):
+def _int4(p: dict, dtype, device, backend: str, config: EngineConfig | None = None):
     """``(Int4Linear or PaddedInput, label)``: ``backend`` as is, then with ``in`` padded to a multiple of
     :data:`PAD_MULTIPLE`, then its small kernel with ``"dequant"`` for more rows (where the engine
     offers that pairing), then ``"dequant"`` (with a warning)."""
@@ -163,7 +178,7 @@ def _int4(p: dict, dtype, device, backend: str):
     s, z = _expand(p["scales"], p["group_size"], G, k), _expand(p["zeros"], p["group_size"], G, k).float()
     layout = f"g{G}" + (f" (from g{p['group_size']})" if G != p["group_size"] else "")
     if backend == "dequant":
-        return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout}"
+        return Int4Linear(q, s, z, dtype, "dequant", device, config), f"int4 dequant {layout}"
     errors = []
     if G in KERNEL_GROUPS:
         kp = -(-k // PAD_MULTIPLE) * PAD_MULTIPLE
@@ -173,8 +188,8 @@ def _int4(p: dict, dtype, device, backend: str):
         for be, width in tries:
             try:
                 if width == k:
-                    return Int4Linear(q, s, z, dtype, be, device), f"int4 {be} {layout}"
-                lin = Int4Linear(*_padded(q, s, z, G, width), dtype, be, device)
+                    return Int4Linear(q, s, z, dtype, be, device, config), f"int4 {be} {layout}"
+                lin = Int4Linear(*_padded(q, s, z, G, width), dtype, be, device, config)
                 return PaddedInput(lin, k, width), f"int4 {be} {layout}, in {k} padded to {width}"
             except (ValueError, RuntimeError) as e:
                 errors.append(f"{be}{'' if width == k else f' padded to {width}'}: {type(e).__name__}: {str(e)[:100]}")
@@ -182,15 +197,22 @@ def _int4(p: dict, dtype, device, backend: str):
         errors.append(f"group {G} is not a kernel group {KERNEL_GROUPS}")
     warnings.warn(f"INT4 backend {backend!r} cannot run a [{q.shape[0]}, {k}] weight ({'; '.join(errors)}); "
                   "running it with the 'dequant' backend", stacklevel=3)
-    return Int4Linear(q, s, z, dtype, "dequant", device), f"int4 dequant {layout} ({backend} refused: {errors[0]})"
+    return Int4Linear(q, s, z, dtype, "dequant", device, config), \
+        f"int4 dequant {layout} ({backend} refused: {errors[0]})"
 
 
-def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str, cache: bool = False):
+def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str, cache: bool = False,
+                 config: EngineConfig | None = None):
     """Runtime matmul for (fused) quant params: returns ``(matmul, label)``; see the module docstring.
     ``cache``: a matmul that would dequantize on every call (INT4 ``"dequant"``, INT8) keeps its
-    dequantized weight instead (:class:`Dequantized`). The AWQ ``input_scale`` is not applied here
-    (the caller folds or wraps it)."""
-    lin, label = _int4(params, dtype, device, int4_backend) if params["bits"] <= 4 else _int8(params, dtype, device)
+    dequantized weight instead (:class:`Dequantized`; on the CPU with bf16 beside the INT kernel,
+    :class:`~workbench.engine.cpu.FewRows`). ``config``: the kernels routing may choose (default
+    ``EngineConfig()``). The AWQ ``input_scale`` is not applied here (the caller folds or wraps it)."""
+    config = config or EngineConfig()
+    if torch.device(device).type == "cpu" and int4_backend == "dequant":  # the CPU default (another: as asked)
+        return _cpu(params, dtype, cache, config)
+    lin, label = (_int4(params, dtype, device, int4_backend, config) if params["bits"] <= 4
+                  else _int8(params, dtype, device))
     if getattr(getattr(lin, "inner", lin), "mid", None) == "tinygemm":
         label += " + tinygemm copy for 2-64 rows"  # a second packing held in memory (Int4Linear.nbytes)
     if cache and (isinstance(lin, Int8Linear) or getattr(lin, "backend", None) == "dequant"):
@@ -198,11 +220,37 @@ def quant_matmul(params: dict, dtype: torch.dtype, device, int4_backend: str, ca
     return lin, label
 
 
-def _int8(params: dict, dtype, device):
+def _int8(params: dict, dtype, device, backend: str | None = None):
     q, k, g = params["q"], params["q"].shape[1], params["group_size"]
     s, z = params["scales"], params["zeros"]
     if s.shape[1] > 1:  # groups (a partial last one included) -> runtime groups of gcd(g, in)
         G = math.gcd(g, k)
         s, z = _expand(s, g, G, k), _expand(z, g, G, k)
-    lin = Int8Linear(q, s, z, dtype, None, device)
+    lin = Int8Linear(q, s, z, dtype, backend if s.shape[1] == 1 else None, device)
     return lin, f"int8 {lin.backend}" + (f" g{lin.group_size}" if s.shape[1] > 1 else "")
+
+
+def _cpu(params: dict, dtype, cache: bool, config: EngineConfig):
+    """The CPU matmul of :func:`quant_matmul`: the first kernel :func:`~workbench.engine.routing.choose` gives for
+    a one-row call (``cpu-int4pack`` / ``int8pack`` or ``dequant``), with the dequantized copy beside it where
+    ``cache``."""
+    q, k, g, bits = params["q"], params["q"].shape[1], params["group_size"], params["bits"]
+    kind = "w4a16" if bits <= 4 else "w8a16"
+    G = runtime_group(g, k) if bits <= 4 else (k if params["scales"].shape[1] == 1 else math.gcd(g, k))
+    name, why = choose(kind, Problem(q.shape[0], k, 1, G, dtype, "cpu", copy=cache), config)
+    if name == "cpu-int4pack":
+        s, z = _expand(params["scales"], g, G, k), _expand(params["zeros"], g, G, k).float()
+        lin, label = CpuInt4Linear(q.cpu(), s, z, dtype), f"int4 cpu-int4pack g{G}" + (
+            f" (from g{g})" if G != g else "")
+    else:
+        lin, label = _int4(params, dtype, "cpu", "dequant", config) if bits <= 4 else _int8(params, dtype, "cpu", name if name == "int8pack" else None)
+    lin.route_why = why
+    if name in ("cpu-int4pack", "int8pack") and cache:
+        few = FewRows(lin, dtype, config.cpu_int_max_rows)
+        few.route_why = why
+        return few, label + f" for <= {config.cpu_int_max_rows} rows, dequantized copy for more"
+    if cache and name == "dequant":
+        d = Dequantized(lin, dtype)
+        d.route_why = why
+        return d, label + ", dequantized once"
+    return lin, label

@@ -20,62 +20,79 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from workbench.engine.int4 import Int4Linear, quantize_rtn_int4, tristate_env
+from workbench.engine.int4 import Int4Linear, quantize_rtn_int4
 from workbench.engine.runtime import InputScaled, fuse_params, quant_matmul, quant_params_of
 
 QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model's Linears run (weights_from_hf)
 
 
-# few-row calls of bf16 / fp16 weights on CUDA go to the hand-written tensor-core kernel
-# (workbench.kernels.w4a16_mma.dense_gemm) for DENSE_MMA_ROWS = (lo, hi) token rows, where its library builds and the
-# weight's shape is one it takes; everything else is cuBLAS (F.linear). On the H200 (Qwen2-7B) it was 5% faster than
-# cuBLAS per layer at 2..8 rows (126.1 vs 133.3 us at M = 8: the small qkv / o matmuls, where cuBLAS is 1.5-2.2x its
-# floor) and slower from 16 (benchmarks/results/h200_2026-12-03/); the engine's steps gained nothing then, but with
-# add_rmsnorm / silu_mul launched with PDL (workbench.kernels.fused.SMALL_PDL) behind it, they did
-# (benchmarks/results/h200_2026-12-03c/async_attempt_engine.json: batch 2 4.039 vs 4.269 ms, verify T = 3 / 5
-# 4.433 / 4.546 vs 4.628 / 4.788, batch 8 equal, 16 rows 5.153 vs 4.450, so 9..16 rows stay on cuBLAS; with 2..8
-# rows, final_engine.json: batch 2 4.087 vs 4.355, 8 4.425 vs 4.455, T = 3 / 5 4.462 / 4.507 vs 4.544 / 4.627).
-# Those were Qwen2-7B shapes: for any other weight the kernel is used only where Dense._route timed it faster than
-# cuBLAS (once per shape and row class, at the class's largest row count; _DENSE_ROUTE), so a shape where cuBLAS wins
-# keeps cuBLAS. "auto" (the default): on where available (the library compiles at the first use, ~90 s, cached);
-# False: cuBLAS always. WORKBENCH_DENSE_MMA ("0", "1", "auto"), read at import, overrides it.
-DENSE_MMA: bool | str = tristate_env("WORKBENCH_DENSE_MMA")
-DENSE_MMA_ROWS = (2, 8)
-_DENSE_ROUTE: dict = {}  # w4a16_mma.dense_key(N, K, rows, dtype, False) -> True (the kernel) / False (cuBLAS)
+def _default_config():
+    from workbench.engine.config import EngineConfig
+
+    return EngineConfig()
 
 
 class Dense:
-    """``y = x @ w.T`` for ``w`` ``[out, in]``: cuBLAS, or for :data:`DENSE_MMA_ROWS` rows on CUDA the dense MMA
-    kernel (:data:`DENSE_MMA`; its configuration tuned once per shape and row class, outside graph capture) where
-    :meth:`_route` measured it faster than cuBLAS."""
+    """``y = x @ w.T`` for ``w`` ``[out, in]``: ``F.linear`` (cuBLAS), or for ``EngineConfig.dense_mma_rows`` rows
+    on CUDA the dense MMA kernel (``dense-mma``; its configuration tuned once per shape and row class, outside graph
+    capture) where :meth:`_route` measured it faster than cuBLAS for this shape (on the H200, Qwen2-7B: 5% faster
+    per layer at 2..8 rows, slower from 16; ``benchmarks/results/h200_2026-12-03*/``). It runs only where the
+    library is already built: a bf16 model never compiles it (``python -m workbench.kernels.build`` prebuilds)."""
 
     def __init__(self, w: torch.Tensor):
         self.w = w
         self._mma: bool | None = None  # the kernel takes this weight here (decided at the first few-row call)
+        self.tuning: dict = {}  # route measurements; the engine replaces it with its own dict (Engine.tuning)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         m = x.numel() // max(1, x.shape[-1])
-        if DENSE_MMA and DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1] and x.is_cuda and x.dtype == self.w.dtype:
+        lo, hi = self.cfg.dense_mma_rows
+        if lo <= m <= hi and x.is_cuda and x.dtype == self.w.dtype and self.cfg.enabled("dense-mma"):
             if self._mma is None:
                 self._mma = self._mma_applies()
             if self._mma and self._route(m):
                 return self._mma_call(x.reshape(m, x.shape[-1])).reshape(*x.shape[:-1], self.w.shape[0])
         return F.linear(x, self.w)
 
+    @property
+    def cfg(self):
+        """The engine's :class:`~workbench.engine.config.EngineConfig` (set by the engine; the defaults before)."""
+        return self.__dict__.get("engine_config") or _default_config()
+
+    def route(self, m: int) -> tuple[str, str]:
+        """``(kernel, why)`` of a plain call of ``m`` rows (the route table's row; the engine's fused steps route
+        in :mod:`workbench.engine.dispatch`)."""
+        from workbench.engine.routing import Problem, choose
+
+        dev = self.w.device.type
+        name, why = choose("dense", Problem(self.w.shape[0], self.w.shape[1], m, 0, self.w.dtype, dev), self.cfg)
+        if name in ("triton-gemv", "triton-rows"):  # these run in the fused steps only (Engine.route_table)
+            name, why = "torch-linear", f"{name} runs in fused steps only"
+        if name == "dense-mma":
+            rows = min(8 * -(-m // 8), self.cfg.dense_mma_rows[1])
+            won = self.tuning.get(("dense", self.w.shape[0], self.w.shape[1], rows, str(self.w.dtype)))
+            if self._mma is False or won is None or not won:
+                why = ("library not built (a bf16 model never compiles it: python -m workbench.kernels.build)"
+                       if self._mma is False else "not measured yet" if won is None else "cuBLAS measured faster")
+                return "torch-linear", f"dense-mma eligible; {why}"
+            return name, "measured faster than cuBLAS on this GPU"
+        return name, why
+
     def _route(self, m: int) -> bool:
         """Whether calls of ``m`` rows take the dense MMA kernel: the kernel (tuned) timed against cuBLAS once per
-        shape and row class, at the class's largest row count within :data:`DENSE_MMA_ROWS`, with the weight rotated
-        over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); cached in
-        :data:`_DENSE_ROUTE`. Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached. A kernel
+        shape and row class, at the class's largest row count within ``EngineConfig.dense_mma_rows``, with the weight
+        rotated over enough copies that L2 holds none (:func:`workbench.kernels.timing.fastest_config`); recorded in
+        ``self.tuning`` (the engine's ``Engine.tuning``). Inside CUDA-graph capture, without a measurement: False (cuBLAS), not cached. A kernel
         that fails to tune or launch here (``RuntimeError``) routes the class to cuBLAS, with a warning."""
         from workbench.kernels import w4a16_mma as mm
         from workbench.kernels.timing import fastest_config, weight_copies
 
         n, k = self.w.shape
-        rows = min(8 * mm.m_tiles(m), DENSE_MMA_ROWS[1])
+        rows = min(8 * mm.m_tiles(m), self.cfg.dense_mma_rows[1])
         key = mm.dense_key(n, k, rows, self.w.dtype, False)
-        if key in _DENSE_ROUTE:
-            return _DENSE_ROUTE[key]
+        tkey = ("dense", n, k, rows, str(self.w.dtype))
+        if tkey in self.tuning:
+            return self.tuning[tkey]
         if torch.cuda.is_current_stream_capturing():
             return False
         x = torch.randn(rows, k, device=self.w.device, dtype=self.w.dtype)
@@ -92,7 +109,7 @@ class Dense:
             warnings.warn(f"dense MMA kernel off for N={n}, K={k}, {rows} rows (cuBLAS instead): {str(e)[:200]}",
                           stacklevel=3)
             won = False
-        _DENSE_ROUTE[key] = won
+        self.tuning[tkey] = won
         return won
 
     def _mma_applies(self) -> bool:
@@ -100,7 +117,7 @@ class Dense:
 
         n, k = self.w.shape
         return (self.w.is_cuda and self.w.is_contiguous() and mm.dense_supported(n, k, self.w.dtype)
-                and mm.available(self.w.device))
+                and mm.available(self.w.device, build=False))  # a bf16 model never compiles the library
 
     def _mma_call(self, x: torch.Tensor) -> torch.Tensor:
         from workbench.kernels import w4a16_mma as mm
@@ -113,13 +130,13 @@ class Dense:
 
     def warmup(self, max_m: int = 4) -> None:
         """Measure the route (:meth:`_route`) and tune the dense MMA kernel now for each row class of
-        :data:`DENSE_MMA_ROWS`, outside graph capture, whatever ``max_m`` (the engine's batch): verify steps of
+        ``EngineConfig.dense_mma_rows``, outside graph capture, whatever ``max_m`` (the engine's batch): verify steps of
         speculative decoding take up to 9 rows at batch 1. No-op off CUDA or where the kernel is off or does not
         apply."""
-        if not DENSE_MMA or not self.w.is_cuda:
+        if not self.cfg.enabled("dense-mma") or not self.w.is_cuda:
             return
         for m in (2, 9, 17, 33):  # one call per row class: __call__ decides whether the kernel applies and routes it
-            if DENSE_MMA_ROWS[0] <= m <= DENSE_MMA_ROWS[1]:
+            if self.cfg.dense_mma_rows[0] <= m <= self.cfg.dense_mma_rows[1]:
                 self(torch.randn(m, self.w.shape[1], device=self.w.device, dtype=self.w.dtype))
 
     def nbytes(self) -> int:
@@ -164,15 +181,16 @@ class ModelWeights:
         return total
 
 
-def make_linear(w: torch.Tensor, quant, dtype, backend: str, group_size: int):
-    """A Dense for ``w``, or an Int4Linear from ``quant`` = ``(q, scales, zeros)`` / RTN of ``w``."""
+def make_linear(w: torch.Tensor, quant, dtype, backend: str, group_size: int, config=None):
+    """A Dense for ``w``, or an Int4Linear from ``quant`` = ``(q, scales, zeros)`` / RTN of ``w`` (``config``: the
+    engine's ``EngineConfig``)."""
     if quant == "rtn":
         quant = quantize_rtn_int4(w, group_size)
     if quant is None:
         return Dense(w.to(dtype))
     q, s, z = quant
     return Int4Linear.from_quantized(q, s, z, dtype, backend, w.device if w is not None else None,
-                                     in_features=w.shape[1] if w is not None else None)
+                                     in_features=w.shape[1] if w is not None else None, config=config)
 
 
 def _quant_entry(entry):
@@ -209,7 +227,7 @@ def _dense(linear) -> torch.Tensor:
 
 
 def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, cache: bool = False,
-             row_scale: dict | None = None):
+             row_scale: dict | None = None, config=None):
     """The engine matmul for the Linears ``mods`` fused along ``out`` and the AWQ input scale left for
     the caller (``None`` if none): quantized matmuls when every module is quantized and they fuse,
     else the dense (dequantized, AWQ scale included) weight with a warning unless all are float.
@@ -233,7 +251,7 @@ def _runtime(mods: list, dtype, device, backend: str, key: str, labels: dict, ca
         except ValueError as e:
             reason = str(e)
     if reason is None:
-        lin, labels[key] = quant_matmul(fused, dtype, device, backend, cache)
+        lin, labels[key] = quant_matmul(fused, dtype, device, backend, cache, config)
         s = fused["input_scale"]
         return lin, None if s is None else s.to(device, torch.float32)
     warnings.warn(f"{key}: {reason}; it runs dense (dequantized weights)", stacklevel=3)
@@ -265,7 +283,8 @@ def _row_fold(prev, nxt) -> torch.Tensor | None:
     return 1.0 / q["input_scale"].float() if q["q"].shape[1] == prev.out_features else None
 
 
-def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, cache: bool) -> LayerWeights:
+def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, cache: bool,
+                     config=None) -> LayerWeights:
     """One decoder block whose Linears may be quantized (``quant_params``), on the runtime matmuls.
 
     AWQ's input scales leave no runtime op where an exact fold exists (AutoAWQ's ``apply_scale`` folds them the
@@ -280,11 +299,11 @@ def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, c
     key = pre.replace("model.", "")
     r_o, r_d = _row_fold(a.v_proj, a.o_proj), _row_fold(m.up_proj, m.down_proj)
     wqkv, s_qkv = _runtime([a.q_proj, a.k_proj, a.v_proj], dtype, device, backend, key + "qkv", labels, cache,
-                           None if r_o is None else {2: r_o})
-    wo, s_o = _runtime([a.o_proj], dtype, device, backend, key + "o", labels, cache)
+                           None if r_o is None else {2: r_o}, config)
+    wo, s_o = _runtime([a.o_proj], dtype, device, backend, key + "o", labels, cache, config=config)
     wgu, s_gu = _runtime([m.gate_proj, m.up_proj], dtype, device, backend, key + "gate_up", labels, cache,
-                         None if r_d is None else {1: r_d})
-    wd, s_d = _runtime([m.down_proj], dtype, device, backend, key + "down", labels, cache)
+                         None if r_d is None else {1: r_d}, config)
+    wd, s_d = _runtime([m.down_proj], dtype, device, backend, key + "down", labels, cache, config=config)
     s_o = None if r_o is not None else s_o
     s_d = None if r_d is not None else s_d
     biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
@@ -299,7 +318,7 @@ def _quantized_layer(blk, pre: str, dtype, device, backend: str, labels: dict, c
 
 
 def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_size=128,
-                    quantize_lm_head=False, quant_runtime: str = "auto") -> ModelWeights:
+                    quantize_lm_head=False, quant_runtime: str = "auto", config=None) -> ModelWeights:
     """Copy (and fuse) the weights of an HF ``LlamaForCausalLM``/``Qwen2ForCausalLM``.
 
     Quantized Linears (``workbench.quant.QuantLinear``) run on the quantized matmuls built from their
@@ -308,7 +327,8 @@ def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_s
     (INT4 ``"dequant"``, INT8) dequantized once (:class:`workbench.engine.runtime.Dequantized`);
     ``"auto"`` is ``"kernels"`` on CUDA and ``"cached"`` on the CPU, where no quantized matmul beats a
     dense one; ``"dense"`` uses the dequantized weights as float weights (no quantized format at
-    all). ``w4a16`` (float models): None (dense),
+    all). ``config``: the ``EngineConfig`` routing follows (default ``EngineConfig()``).
+    ``w4a16`` (float models): None (dense),
     ``"rtn"`` (RTN-quantize every block Linear here, groups of ``group_size``), or a dict mapping HF
     module names (``"model.layers.0.self_attn.q_proj"``) to ``(qweight, scales, zeros)`` or to
     ``{"qweight", "scales", "zeros"}``; qweight ``[out, in]`` 0..15 or packed ``[out, in // 2]``.
@@ -324,7 +344,7 @@ def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_s
     for i, blk in enumerate(base.layers):
         pre = f"model.layers.{i}."
         if quantized:
-            layers.append(_quantized_layer(blk, pre, dtype, device, backend, labels, cache))
+            layers.append(_quantized_layer(blk, pre, dtype, device, backend, labels, cache, config))
             continue
         a, m = blk.self_attn, blk.mlp
         wqkv = torch.cat([_dense(a.q_proj), _dense(a.k_proj), _dense(a.v_proj)], 0).to(device, dtype)
@@ -336,31 +356,33 @@ def weights_from_hf(model, dtype, device, w4a16=None, backend="dequant", group_s
         wd = _dense(m.down_proj).to(device, dtype)
         layers.append(LayerWeights(
             ln1=blk.input_layernorm.weight.to(device, dtype),
-            wqkv=make_linear(wqkv, _fused_quant(w4a16, qn, wqkv.shape[1]), dtype, backend, group_size),
+            wqkv=make_linear(wqkv, _fused_quant(w4a16, qn, wqkv.shape[1]), dtype, backend, group_size, config),
             bqkv=bqkv,
-            wo=make_linear(wo, _fused_quant(w4a16, [pre + "self_attn.o_proj"], wo.shape[1]), dtype, backend, group_size),
+            wo=make_linear(wo, _fused_quant(w4a16, [pre + "self_attn.o_proj"], wo.shape[1]), dtype, backend, group_size,
+                           config),
             bo=None if a.o_proj.bias is None else a.o_proj.bias.to(device, dtype),
             ln2=blk.post_attention_layernorm.weight.to(device, dtype),
             wgu=make_linear(wgu, _fused_quant(w4a16, [pre + "mlp.gate_proj", pre + "mlp.up_proj"], wgu.shape[1]),
-                            dtype, backend, group_size),
-            wd=make_linear(wd, _fused_quant(w4a16, [pre + "mlp.down_proj"], wd.shape[1]), dtype, backend, group_size),
+                            dtype, backend, group_size, config),
+            wd=make_linear(wd, _fused_quant(w4a16, [pre + "mlp.down_proj"], wd.shape[1]), dtype, backend, group_size,
+                           config),
         ))
     embed = base.embed_tokens.weight.to(device, dtype)
     if quantized:
-        lm, s = _runtime([model.lm_head], dtype, device, backend, "lm_head", labels, cache)
+        lm, s = _runtime([model.lm_head], dtype, device, backend, "lm_head", labels, cache, config=config)
         lm = _scaled(lm, s, dtype)
     else:
         lm_w = _dense(model.lm_head).to(device, dtype)
         lm_q = None
         if quantize_lm_head and w4a16 is not None:
             lm_q = "rtn" if w4a16 == "rtn" else _fused_quant(w4a16, ["lm_head"], lm_w.shape[1])
-        lm = make_linear(lm_w, lm_q, dtype, backend, group_size)
+        lm = make_linear(lm_w, lm_q, dtype, backend, group_size, config)
     return ModelWeights(embed=embed, layers=layers, norm=base.norm.weight.to(device, dtype), lm_head=lm,
                         labels=labels)
 
 
 def random_weights(spec, dtype, device, qkv_bias=False, w4a16=False, backend="dequant", group_size=128,
-                   quantize_lm_head=False, seed=0, std=0.02) -> ModelWeights:
+                   quantize_lm_head=False, seed=0, std=0.02, config=None) -> ModelWeights:
     """Random N(0, std) weights (HF's ``initializer_range``) created directly on ``device`` in
     ``dtype``, layer by layer (a 7B model takes seconds on a GPU). Norm weights are 1 + N(0, 0.05)
     and biases N(0, std) so every term is exercised. With ``w4a16`` each block matmul is RTN-quantized
@@ -375,7 +397,7 @@ def random_weights(spec, dtype, device, qkv_bias=False, w4a16=False, backend="de
         return (1 + rnd(h, scale=0.05).float()).to(dtype)
 
     def lin(out_f, in_f):
-        return make_linear(rnd(out_f, in_f), "rtn" if w4a16 else None, dtype, backend, group_size)
+        return make_linear(rnd(out_f, in_f), "rtn" if w4a16 else None, dtype, backend, group_size, config)
 
     layers = []
     nq = (spec.n_heads + 2 * spec.n_kv_heads) * d
@@ -385,5 +407,5 @@ def random_weights(spec, dtype, device, qkv_bias=False, w4a16=False, backend="de
                                    wgu=lin(2 * inter, h), wd=lin(h, inter)))
     embed = rnd(spec.vocab, h)
     lm_w = embed if spec.tie_embeddings else rnd(spec.vocab, h)
-    lm = make_linear(lm_w, "rtn" if (w4a16 and quantize_lm_head) else None, dtype, backend, group_size)
+    lm = make_linear(lm_w, "rtn" if (w4a16 and quantize_lm_head) else None, dtype, backend, group_size, config)
     return ModelWeights(embed=embed, layers=layers, norm=norm_w(), lm_head=lm)

@@ -1,97 +1,23 @@
 """W4A16 GEMM for 1..64 activation rows on tensor cores, in hand-written CUDA (``csrc/w4a16_mma.cu``):
 ``out[M, N] = x[M, K] @ w_hat[N, K].T (+ residual)``, ``w_hat = (q - zero) * scale`` per group of ``G`` columns,
-float32 accumulation, one launch.
+float32 accumulation, one launch; and a dense bf16 / fp16 GEMM for 2..8 rows (:func:`dense_gemm`).
 
-Why a CUDA kernel beside the Triton ones (:mod:`workbench.kernels.w4a16`, :mod:`workbench.kernels.rows`): on the
-H200 the Triton INT4 kernels stay at 2.0-2.5x their 4-bit read floor at one row (``benchmarks/RESULTS.md``):
-instruction-bound, with Triton's layout conversions and its wait after every register-operand wgmma. This kernel
-is the design of Marlin (Frantar et al. 2024, arXiv 2408.11743, sec. 4), cut down to decode sizes:
+The design is Marlin's (Frantar et al. 2024, arXiv 2408.11743, sec. 4) cut down to decode sizes: swap AB (a 16-row
+tile of the weight is the A operand of ``mma.sync.m16n8k16``, the activations B), the weights kept in
+:func:`workbench.kernels.int4_layout.pack_int4_gemv`'s layout (the Triton kernels read the same), dequantization by
+``prmt`` + ``lop3`` under bf16's exponent of 128 (Kim et al. 2022, arXiv 2211.10017, sec. 4.1), split-K inside the
+CTA summed in warp order (deterministic), a "wide" kernel for 17..64 rows whose warps share staged activations, and
+a TC kernel (activations as the A operand, ``ldmatrix``). K split across CTAs sums float32 partials in split order
+in the CTA that arrives last at its tile's counter (the serial fixup of stream-K, Osama et al. 2023, arXiv
+2301.03598). A configuration is ``(MT, RT, KS, DEPTH)`` / ``(RT, DEPTH, XS, W, SPLIT)``; :func:`tune` times the
+compiled variants per shape and row class (:data:`ROW_CLASSES`).
 
-* **swap AB**: a 16-row tile of the weight is the A operand of ``mma.sync.m16n8k16`` (N fills the MMA's M), the
-  activations are B (``n = 8`` rows per MMA; ``MT`` = 1, 2, 4, 8 such tiles for M <= 8, 16, 32, 64);
-* **no re-packing**: the weights stay in :func:`workbench.kernels.int4_layout.pack_int4_gemv`'s layout (the one
-  the Triton kernels read). Lane ``(gid, tig)`` of a warp loads ``G/32`` consecutive words of rows ``gid`` and
-  ``gid + 8`` (one 16-byte load each for G = 128), and the MMA's k-slots are assigned to columns so that these
-  words are the lane's A fragments: for MMA ``(B, p)`` (byte ``B`` = 0..3 of a word, word pair ``p``) k-slot
-  ``2 tig + e`` is column ``2B G/8 + tig G/32 + 2p + e`` and k-slot ``2 tig + 8 + e`` is column
-  ``(2B + 1) G/8 + tig G/32 + 2p + e`` (:func:`slot_columns`); the activations are loaded with the same map (a
-  dot product does not depend on the order of its K terms);
-* **dequantization in one instruction per weight** (bf16): ``prmt`` gathers byte ``B`` of two words, one
-  ``lop3`` ORs a nibble pair under bf16's exponent of 128 (``0x4300 | q`` is the bf16 value ``128 + q``: the trick
-  of Kim et al. 2022, arXiv 2211.10017, sec. 4.1), and that ``128 + q`` is the MMA's A operand; one more MMA per
-  two, with an all-ones A operand, sums the group's activations ``xs``, and the group adds ``scale * (part - (128
-  + zero) * xs)`` = ``sum_k x (q - zero) scale`` with exact products and float32 sums (``w_hat`` is never
-  rounded). fp16 keeps one packed subtraction of ``1024 + zero`` per two weights (``q - zero`` exact, integer
-  zeros), since ``part - 1024 xs`` would cancel 3 more bits of float32 (:func:`emulate`);
-* **split-K inside the CTA**: its ``KS`` warps take consecutive ranges of groups and store their fragments into
-  their own shared-memory slices, which are summed in warp order (the same result on every run), and the CTA
-  writes ``[M, 16 RT]`` outputs (+ residual with HF's rounding:
-  ``bf16(bf16(x @ W.T) + residual)``); ``DEPTH`` groups in flight per warp in a register ring; programmatic
-  dependent launch (the first groups' weights are loaded before ``griddepcontrol.wait``); the weight ring lives in
-  registers, or (``XS = 2``) in a per-warp shared-memory ring filled by ``cp.async``.
-
-* **the wide kernel** (``XS`` >= :data:`WIDE`; configurations ``(RT, DEPTH, XS, W, SPLIT)``): the split kernels
-  give each CTA one tile of weight rows, so every CTA reads all of x (at 64 rows 16x the weight bytes, from L2).
-  Here a CTA's ``W`` warps take ``W`` adjacent row tiles and share one copy of each group's activations, staged into
-  shared memory by ``cp.async`` (``DEPTH`` groups in flight; the weights in a register ring, or with ``XS = 4`` in a
-  per-warp ``cp.async`` ring; with ``XS - WIDE`` bit :data:`WIDE_PRESCALED`, *prescaled*: the dequantized weight
-  is rounded to x's dtype once, ``dtype((q - zero) * scale)`` by one more packed multiply, as Marlin does, and the
-  MMAs accumulate straight into the output fragments, so no per-group float32 partial is kept: half the
-  accumulator registers, which lets two CTAs share an SM; :func:`emulate` with ``prescale=True``); K is split
-  across ``SPLIT`` CTAs, whose float32 partials go to a workspace (each thread's accumulators as float4s in
-  thread order, :func:`split_workspace_floats`) and are summed, in split order, by the CTA that arrives last at
-  its column tile's counter (the serial "fixup" of stream-K, Osama et al. 2023, arXiv 2301.03598: deterministic,
-  whichever CTA arrives last). It is one more set of configurations the tuner
-  times; on the H200 it won only at 64 rows of the large matrices (gate_up 131-136 us against the split kernels'
-  245), still far from cuBLAS bf16 (71 us): ncu shows 12.5% theoretical occupancy (shared memory and registers) and
-  0.37 instructions issued per scheduler-cycle, and one pipeline stage is ~500 instructions per 64 MMAs
-  (``benchmarks/results/h200_2026-12-03/``). The prescaled variants took gate_up at 64 rows to 113 us and a
-  Qwen2-7B layer at 64 rows from 283 to 256 us (two CTAs per SM, 25% theoretical occupancy, issue slots 48% busy:
-  still latency-bound; ``benchmarks/results/h200_2026-12-03b/``). A stream-K launch (equal shares of all tiles'
-  K groups per CTA) was measured there and reverted: no gain, and its segment loop cost 20-64 registers.
-* **the TC kernel** (wide configurations with ``XS - WIDE`` bit :data:`WIDE_TC`, 17..64 rows): no swap. The
-  activations are the MMA's A operand (16 rows x 16 columns per ``ldmatrix.x4`` from the shared-memory tile, rows
-  padded to ``G + 8`` elements so the eight rows of a phase fall into distinct banks) and the weights its B operand;
-  lane ``tig`` reads words ``8 p + 2 tig`` (+1) of its row (:func:`tc_sources`), whose nibbles are the natural k
-  order of that fragment (:func:`tc_emulate`), dequantizes them prescaled, and each B fragment feeds ``MT / 2``
-  MMAs, each A fragment ``2 RT``: 3.9 instructions per MMA in the main loop (the swap-AB wide kernel's stage: ~8).
-  Bit 0 puts its weights through a ``cp.async`` ring, bit :data:`WIDE_TC_OCC` compiles it under 128-thread launch
-  bounds for three CTAs an SM. On the H200 (``benchmarks/results/h200_2026-12-04c/``) it is latency-bound like the
-  wide kernel (ncu: 12.5% occupancy at 186 registers, the tensor pipe 35% active, "wait" and long-scoreboard stalls
-  first), and occupancy is what moved it: with three CTAs an SM Qwen2-7B's gate_up at 64 rows took 87.5 us (the
-  wide kernel 107, cuBLAS bf16 72.9), at 32 rows 61.4 (cuBLAS 72.9), the lm_head 182 / 265 us (cuBLAS 267 / 274);
-  qkv, o and down (N <= 6144) stayed 1.8-3.2x cuBLAS; with the split-K fixup in thread order (12-04d) they are
-  1.1-2.0x at 64 rows and 0.79-1.22x at 32. Extra CTA widths :data:`TC_WARPS`.
-* **the WG kernel** (bit :data:`WIDE_WG`, opt-in: ``WORKBENCH_W4MMA_WGMMA=1`` builds for sm_90a): Hopper's
-  ``wgmma.mma_async`` with swap AB as Machete: the dequantized weights (64 rows a warpgroup, the TC kernel's
-  fragments, which are wgmma's register-A layout) times x's rows read by the tensor cores from shared memory in the
-  canonical no-swizzle K-major layout (the CPU test checks the copy map against the descriptor's addressing), two
-  register batches of A so the tensor cores run one while the warps dequantize the next. Correct on the H200 (129
-  cases), but 1.04-1.36x slower than the TC kernel in every Qwen2-7B shape (ncu on gate_up at 64 rows: 255
-  registers and 76 bytes of spills, 12.5% occupancy, long-scoreboard stalls first;
-  ``benchmarks/results/h200_2026-12-04d/``). With bit :data:`WIDE_WG_WR` its weights go through a per-lane
-  ``cp.async`` ring in shared memory instead of a register ring (8 RT word registers held instead of 8 RT DEPTH)
-  and a group runs as four batches instead of two: ptxas gives 98 / 177 / 126 / 227 registers at (MT, RT) = (4, 1)
-  / (4, 2) / (8, 1) / (8, 2), no spills, against 128 / 255 / 156 / 255 (``benchmarks/results/cpu_2026-12-04e/``).
-  Compiled on the CPU only: not yet run on a GPU.
-* **the dense kernel** (:func:`dense_gemm`): bf16 / fp16 weights with the same swap-AB, ``cp.async`` ring and split-K
-  and no dequantization; each lane's 16 contiguous bytes of a weight row and of an activation row are its A and B
-  fragments of two MMAs (:data:`DENSE_A_WORDS`, :func:`dense_emulate`). 5% faster than cuBLAS per Qwen2-7B layer
-  at 2..8 rows, slower from 16; the engine takes it for 2..8 rows where it timed faster than cuBLAS for the shape
-  (:data:`workbench.engine.weights.DENSE_MMA`, ``Dense._route``; ``WORKBENCH_DENSE_MMA=0``: cuBLAS always).
-
-Measured on the H200 (``benchmarks/RESULTS.md``, late-night section): the fastest INT4 kernel here at 1..16 rows
-per layer (Qwen2-7B, one layer's four matmuls: 57.8 us at one row against the Triton GEMV's 65.2 and the 4-bit
-floor's 26.8; 64.9 at eight rows), but still about 2.2x its floor at one row (ncu: DRAM 45% busy, occupancy limited
-by registers); slower than the Triton rows GEMM from 32 rows.
-
-The library is compiled with ``nvcc`` at first use for the GPU's architecture (4-5 min on a 2-core machine for the
-variants of 2026-12-04; cached under ``$WORKBENCH_CACHE`` or ``~/.cache/workbench``, keyed by the source's hash) and
-loaded with ``ctypes``; a prebuilt library can be named by ``WORKBENCH_W4MMA_SO``. Where it cannot be built (no ``nvcc``, compute capability < 8.0,
-``WORKBENCH_W4MMA=0``) :func:`available` is False and :class:`workbench.engine.int4.Int4Linear` keeps the Triton
-kernels. Correctness: the column map and the bit operations are emulated on the CPU by :func:`emulate` (tests);
-the kernel itself is checked against :func:`reference` on the GPU (``tests/engine/test_w4a16_mma.py`` on CUDA,
-``benchmarks/check_w4_mma.py``).
+Which rows the engine sends here: :mod:`workbench.engine.routing` (``w4a16-mma``, ``dense-mma``). The library is
+compiled with ``nvcc`` for the GPU's architecture when an INT4 layer first needs it (printed, with the time taken;
+cached under ``$WORKBENCH_CACHE`` or ``~/.cache/workbench`` keyed by the source, flags and compiler), or ahead of
+time by ``python -m workbench.kernels.build``; ``WORKBENCH_W4MMA_SO`` names a prebuilt one. Where it cannot be
+built (no ``nvcc``, compute capability < 8.0) :func:`available` is False and the Triton kernels run. The kernel is
+checked against :func:`reference` on the GPU (``tests/engine/test_w4a16_mma.py``).
 """
 
 from __future__ import annotations
@@ -103,6 +29,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -122,8 +49,6 @@ WIDE_TC = 4  # XS - WIDE bit 2: the TC kernel (activations as the MMA's A operan
 # (3 CTAs an SM by registers) is 395 CTAs for 396 slots. Measured: no gain (benchmarks/results/h200_2026-12-04c/
 # tc2_layers.json); they stay as configurations the tuner times.
 TC_WARPS = (2, 3, 6)
-WIDE_WG = 16  # XS - WIDE bit 4 (WS = 18, with the prescaled bit): the WG kernel (wgmma, sm_90a, opt-in: _arch_flags)
-WIDE_WG_WR = 32  # XS - WIDE bit 5 (WS = 50, with the WG and prescaled bits): the WG kernel, weights through shared memory
 WIDE_TC_OCC = 8  # XS - WIDE bit 3 (with bit 2): the TC kernel under 128-thread launch bounds, 3 CTAs an SM (W <= 4)
 WIDE_SPLITS = (1, 2, 4, 8)  # CTAs splitting K (partials in a float32 workspace, summed in split order)
 SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each, per device)
@@ -157,38 +82,47 @@ def _nvcc() -> str | None:
 
 
 def _arch_flags(arch: str) -> list:
-    """nvcc flags for compute capability ``arch`` ("90", "89", ...). With ``WORKBENCH_W4MMA_WGMMA=1`` Hopper (9.0)
-    builds for sm_90a, whose wgmma instructions the WG kernel (:data:`WIDE_WG`) uses, and ``-DWB_WGMMA``
-    instantiates it: opt-in, because on the H200 it was correct but slower than the TC kernel in every shape
-    (``benchmarks/results/h200_2026-12-04d/``), so the default build keeps the tuner's space and compile time."""
-    if arch == "90" and os.environ.get("WORKBENCH_W4MMA_WGMMA", "0") == "1":
-        return ["-gencode=arch=compute_90a,code=sm_90a", "-DWB_WGMMA"]
+    """nvcc flags for compute capability ``arch`` ("90", "89", ...)."""
     return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+
+
+def library_path(arch: str, nvcc: str | None = None) -> Path | None:
+    """Where :func:`build` puts (or put) the library for ``arch``: the cache file named by the source, the nvcc
+    flags and the compiler version; None without nvcc."""
+    nvcc = nvcc or _nvcc()
+    if nvcc is None:
+        return None
+    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    tag = hashlib.sha256(SRC.read_bytes() + " ".join(_arch_flags(arch)).encode() + ver.encode()).hexdigest()[:16]
+    return _cache_dir() / f"w4a16_mma_sm{arch}_{tag}.so"
 
 
 def build(arch: str, out: Path | None = None, nvcc: str | None = None) -> Path:
     """Compile ``csrc/w4a16_mma.cu`` into a shared library for ``arch`` (e.g. ``"90"``) and return its path;
-    a library already built from the same source, architecture and compiler is reused. Raises ``RuntimeError``
+    a library already built from the same source, architecture and compiler is reused. Prints that it is
+    compiling and how long it took (about 80 s on 16 cores, 4-5 min on 2). Raises ``RuntimeError``
     when ``nvcc`` is missing or the compilation fails (its output in the message)."""
     nvcc = nvcc or _nvcc()
     if nvcc is None:
         raise RuntimeError("nvcc not found (PATH, $CUDA_HOME/bin): install the CUDA toolkit, or set "
-                           "WORKBENCH_W4MMA_SO to a prebuilt library, or WORKBENCH_W4MMA=0")
-    src = SRC.read_bytes()
-    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    tag = hashlib.sha256(src + " ".join(_arch_flags(arch)).encode() + ver.encode()).hexdigest()[:16]
-    out = out or _cache_dir() / f"w4a16_mma_sm{arch}_{tag}.so"
+                           "WORKBENCH_W4MMA_SO to a prebuilt library, or disable the kernel "
+                           "(WORKBENCH_DISABLED_KERNELS=w4a16-mma,dense-mma)")
+    out = out or library_path(arch, nvcc)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     cmd = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17"] + _arch_flags(arch) + ["-o", tmp, str(SRC)]
+    print(f"workbench: compiling the W4A16 CUDA library for sm_{arch} into {out} (once per source and GPU "
+          "architecture; prebuild with `python -m workbench.kernels.build`)...", flush=True)
+    t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode:
         os.unlink(tmp)
         raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
     os.replace(tmp, out)
+    print(f"workbench: compiled the W4A16 CUDA library in {time.perf_counter() - t0:.0f} s", flush=True)
     return out
 
 
@@ -215,8 +149,10 @@ def _load(path: str) -> ctypes.CDLL:
     return lib
 
 
-def _lib(device: torch.device):
-    """The loaded library for ``device``'s architecture, or None (the reason in ``_STATE["why"]``)."""
+def _lib(device: torch.device, build_it: bool = True):
+    """The loaded library for ``device``'s architecture, or None (the reason in ``_STATE["why"]``). With
+    ``build_it`` False, only a prebuilt library (``WORKBENCH_W4MMA_SO``, or the cache file :func:`build` wrote) is
+    loaded, and None is not remembered (a later call may build)."""
     cc = torch.cuda.get_device_capability(device)
     arch = f"{cc[0]}{cc[1]}"
     if arch in _STATE:
@@ -230,6 +166,12 @@ def _lib(device: torch.device):
             lib = _load(pre) if pre else None
         except (OSError, AttributeError):  # built on another system image, or not this library: build here
             lib = None
+        if lib is None and not build_it:
+            path = library_path(arch)
+            if path is None or not path.exists():
+                _STATE["why"] = "not built yet (python -m workbench.kernels.build)"
+                return None
+            lib = _load(str(path))
         lib = lib or _load(str(build(arch)))
         _STATE["why"] = ""
     except (RuntimeError, OSError, AttributeError) as e:  # AttributeError: a library without our symbols
@@ -238,14 +180,15 @@ def _lib(device: torch.device):
     return lib
 
 
-def available(device) -> bool:
+def available(device, build: bool = True) -> bool:
     """The kernel can run on ``device``: CUDA, not switched off (``WORKBENCH_W4MMA=0``), and the library built
-    (or prebuilt) and loaded. The first call may compile it (about 40 s). :func:`why_unavailable` says why not."""
+    (or prebuilt) and loaded. With ``build`` (an INT4 layer needs it) the first call may compile it (about 80 s on
+    16 cores, printed); without, only a library built before counts. :func:`why_unavailable` says why not."""
     device = torch.device(device)
     if device.type != "cuda" or not enabled() or torch.version.hip is not None:
         _STATE["why"] = "not a CUDA device" if device.type != "cuda" else "switched off (WORKBENCH_W4MMA=0)"
         return False
-    return _lib(device) is not None
+    return _lib(device, build) is not None
 
 
 def why_unavailable() -> str:
@@ -253,28 +196,9 @@ def why_unavailable() -> str:
     return _STATE.get("why", "")
 
 
-@functools.cache
-def source_variants() -> tuple:
-    """``(G, MT, RT, DEPTH, XS)`` tuples the source instantiates (its ``WB_W4MMA_VARIANTS`` list, and
-    ``WB_W4WIDE_VARIANTS`` with ``XS = WIDE + WS``, and ``WB_W4WG_VARIANTS``, which only a library built for
-    sm_90a holds: :func:`build`), read from ``csrc/w4a16_mma.cu`` without compiling it."""
-    wide = _listed("WB_W4WIDE_VARIANTS") + _listed("WB_W4WG_VARIANTS")
-    return _listed("WB_W4MMA_VARIANTS") + tuple(v[:4] + (WIDE + v[4],) for v in wide)
-
-
 def _tuples(listing: bytes) -> tuple:
     """A library's variant listing (``b"a,b,c;d,e,f;"``) as integer tuples."""
     return tuple(tuple(int(v) for v in item.split(",")) for item in listing.decode().split(";") if item)
-
-
-def _listed(macro: str) -> tuple:
-    """The ``X(...)`` tuples of variant-list macro ``macro`` in the source (read, not compiled)."""
-    import re
-
-    txt = SRC.read_text()
-    body = txt[txt.index(f"#define {macro}"):]
-    body = re.split(r"\n\n|\n#", body, maxsplit=1)[0]  # to a blank line or the next preprocessor directive
-    return tuple(tuple(int(v) for v in t.split(",")) for t in re.findall(r"X\(([\d, ]+)\)", body.replace(" ", "")))
 
 
 @functools.cache
@@ -369,7 +293,7 @@ def default_cfg(n: int, k: int, m: int, group: int, sms: int = 132) -> tuple:
     that variant exists (the list in the source, :func:`source_variants`), and ``KS`` warps per CTA so that about
     ``24 * sms`` warps (``n / 16 * KS``) run."""
     mt = m_tiles(m)
-    have = {v[1:] for v in source_variants() if v[0] == group}
+    have = {v[1:] for v in variants() if v[0] == group}  # what the loaded library holds
     xs = 1 if (mt, 1, 2, 1) in have else 0
     ks = 1
     while (n // 16) * ks < 24 * sms and 2 * ks <= ks_max(mt, 1) and 2 * ks <= k // group:
@@ -541,142 +465,6 @@ def swiglu_reference(gu: torch.Tensor) -> torch.Tensor:
     return (a * u).to(gu.dtype).float()
 
 
-def mma_sources(group: int) -> tuple:
-    """The kernel's MMAs of one group, in its order: for each, ``((B, word, shift), (B, word, shift))`` for the
-    k-slots ``2 tig + e`` (half 0) and ``2 tig + 8 + e`` (half 1): the lane's words ``word``, ``word + 1`` (``e`` =
-    0, 1) gathered at byte ``B`` by ``prmt``, shifted right by ``shift`` bits before the ``lop3`` (nibble
-    ``2B + shift / 4``). G >= 128 (four or more words a lane: ``compute``'s QUAD map in ``csrc/w4a16_mma.cu``):
-    pairs ``(B, j)`` of two MMAs, nibble ``2B`` then ``2B + 1``, each with words ``4j, 4j+1`` in half 0 and
-    ``4j+2, 4j+3`` in half 1, so that an MMA's B fragment is four consecutive activations of one chunk. G = 64:
-    one MMA per byte, nibble ``2B`` in half 0 and ``2B + 1`` in half 1 (words 0, 1). ``group // 16`` MMAs."""
-    wpl = group // 32
-    if wpl >= 4:
-        return tuple(((b, 4 * j, 4 * hb), (b, 4 * j + 2, 4 * hb))
-                     for b in range(4) for j in range(wpl // 4) for hb in range(2))
-    return tuple(((b, 0, 0), (b, 0, 4)) for b in range(4))
-
-
-def slot_columns(group: int) -> torch.Tensor:
-    """The kernel's K map: ``cols[tig, i, half, e]`` = the column (within a group) that k-slot ``2 tig + e``
-    (``half`` 0) or ``2 tig + 8 + e`` (``half`` 1) of the group's MMA ``i`` (:func:`mma_sources`' order) multiplies,
-    for ``tig`` 0..3: nibble ``2B + shift / 4`` of the lane's word ``tig G/32 + word + e`` (nibble ``c`` of word ``w``
-    of a group is column ``c G/8 + w``, :func:`workbench.kernels.int4_layout.pack_int4_gemv`). Shape
-    ``[4, G/16, 2, 2]``; every column of a group appears once."""
-    wb, wpl = group // 8, group // 32
-    src = torch.tensor([[[2 * b + sh // 4, w] for b, w, sh in m] for m in mma_sources(group)])  # [G/16, 2, 2]
-    tig = torch.arange(4).view(4, 1, 1, 1)
-    e = torch.arange(2).view(1, 1, 1, 2)
-    return src[None, :, :, 0, None] * wb + tig * wpl + src[None, :, :, 1, None] + e
-
-
-def _bf16_bits_to_float(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return bits.to(torch.int16).view(dtype).float() if dtype == torch.float16 else (
-        (bits.to(torch.int32) << 16).view(torch.float32))
-
-
-def _prmt_lop3(w0: torch.Tensor, w1: torch.Tensor, byte: int, shift: int, magic: int) -> torch.Tensor:
-    """``lop3(prmt(w0, w1, byte * 0x1111 + 0x4400) >> shift, 0x000F000F, magic)`` on int64 words holding uint32:
-    bytes ``[w0.B, w0.B, w1.B, w1.B]``, shifted, the low nibble of each half ORed under the exponent bits (``base +
-    q`` in both halves)."""
-    b0, b1 = (w0 >> (8 * byte)) & 0xFF, (w1 >> (8 * byte)) & 0xFF
-    t = (b0 | (b0 << 8) | (b1 << 16) | (b1 << 24)) >> shift
-    return (t & 0x000F000F) | magic
-
-
-def emulate(x, qw, s, z, group: int, residual=None, prescale: bool = False) -> torch.Tensor:
-    """The kernel's arithmetic on the CPU, step by step as ``csrc/w4a16_mma.cu`` does it: for each group and
-    MMA (:func:`mma_sources`), the lane's words are gathered by ``prmt`` (selector ``B * 0x1111 + 0x4400``), shifted,
-    and nibble pairs ORed under the exponent bits (``lop3``): ``base + q``, exact in x's dtype. bf16: that is the
-    A operand; the products with the activations at :func:`slot_columns` are summed in float32 per group, and so
-    are the activations themselves (the kernel's all-ones MMA), ``xs``; the group adds ``scale * (part - (128 +
-    zero) * xs)``. fp16: ``1024 + zero`` is subtracted first (exact), and the group adds ``scale * part``.
-    ``prescale``: the wide kernel's prescaled variants (:data:`WIDE_PRESCALED`): ``base + zero`` is subtracted and
-    the scale multiplied in x's dtype (round to nearest) and the products accumulate in float32 without a
-    per-group partial. Then HF's rounding (and residual). Returns ``[M, N]`` float32, for the tests to
-    compare with :func:`reference`."""
-    m, k = x.shape
-    n = qw.shape[0]
-    wb, wpl = group // 8, group // 32
-    magic, base = _MAGIC[x.dtype]
-    cols = slot_columns(group)  # [4, G/16, 2, 2]
-    w = qw.to(torch.int64) & 0xFFFFFFFF  # [N, KW] as unsigned
-    acc = torch.zeros(m, n, dtype=torch.float32)
-    for g in range(k // group):
-        xsum = x.dtype == torch.bfloat16 and not prescale  # the kernel's XSUM: the zero through sum_k x
-        c = z[g].float() + base if xsum else (z[g].float() + base).to(x.dtype).float()  # [N]
-        part = torch.zeros(m, n, dtype=torch.float32)
-        xs = torch.zeros(m, 1, dtype=torch.float32)
-        for tig in range(4):
-            for i, halves in enumerate(mma_sources(group)):
-                for half, (b, word, shift) in enumerate(halves):
-                    w0 = w[:, g * wb + tig * wpl + word]
-                    w1 = w[:, g * wb + tig * wpl + word + 1]
-                    v = _prmt_lop3(w0, w1, b, shift, magic)  # base + q in both halves
-                    lo = _bf16_bits_to_float(v & 0xFFFF, x.dtype)  # k-slot 2 tig (+ 8 for half 1)
-                    hi = _bf16_bits_to_float(v >> 16, x.dtype)  # k-slot 2 tig + 1 (+ 8)
-                    if not xsum:  # hsub2: q - zero, exact
-                        lo, hi = lo - c, hi - c
-                    if prescale:  # hmul2: one rounding of the exact (q - zero) * scale
-                        lo = (lo * s[g].float()).to(x.dtype).float()
-                        hi = (hi * s[g].float()).to(x.dtype).float()
-                    xc = x[:, g * group + cols[tig, i, half]].float()  # [M, 2]
-                    part += xc[:, :1] * lo[None, :] + xc[:, 1:] * hi[None, :]
-                    xs += xc.sum(1, keepdim=True)
-        if xsum:
-            part = part - xs * c[None, :]
-        acc += part if prescale else part * s[g].float()[None, :]
-    y = acc.to(x.dtype)
-    if residual is not None:
-        y = (y.float() + residual.float()).to(x.dtype)
-    return y.float()
-
-
-def tc_sources(group: int) -> tuple:
-    """The TC kernel's B fragments (``w4a16_tc_kernel``, :data:`WIDE_TC`): for each k-block ``kb`` (16 columns) of a
-    group and half ``h`` (``b0``: k-slots ``2 tig + e``, ``b1``: ``2 tig + 8 + e``), ``(pair, nibble)``: lane
-    ``tig`` reads words ``8 pair + 2 tig + e`` (``e`` = 0, 1) of its weight row and takes nibble ``nibble`` of each
-    (``prmt`` at byte ``nibble // 2``, a shift of ``4 (nibble % 2)``), which are the group's columns ``16 kb + 8 h +
-    2 tig + e``: the natural k order of the activations' ldmatrix fragment. Column ``c`` of a group is nibble ``c //
-    (G/8)`` of word ``c % (G/8)`` (:func:`workbench.kernels.int4_layout.pack_int4_gemv`). Shape: ``G/16`` tuples of
-    two ``(pair, nibble)``; ``tc_pair`` / ``tc_nibble`` in the source."""
-    wb = group // 8
-    return tuple(tuple((((16 * kb + 8 * h) % wb) // 8, (16 * kb + 8 * h) // wb) for h in range(2))
-                 for kb in range(group // 16))
-
-
-def tc_emulate(x, qw, s, z, group: int, residual=None) -> torch.Tensor:
-    """The TC kernel's arithmetic on the CPU, as ``w4a16_tc_kernel`` does it: per group, k-block and half
-    (:func:`tc_sources`), lane ``tig``'s two words gathered by ``prmt`` (bytes ``[w0.B, w0.B, w1.B, w1.B]``), shifted,
-    ORed under the exponent bits (``lop3``: ``base + q``, exact), then ``(v - (base + zero)) * scale`` in x's dtype
-    (one rounding: the prescaled arithmetic), multiplied by the activations of k-slots ``2 tig + e (+ 8)`` = columns
-    ``16 kb + 8 h + 2 tig + e`` and summed in float32; then HF's rounding (and residual). ``x`` ``[M, K]`` bf16 /
-    fp16, ``qw`` ``[N, K/8]`` int32, ``s``, ``z`` ``[K/G, N]``. Returns ``[M, N]`` float32, for the tests to compare
-    with :func:`reference` (``prescale=True``)."""
-    m, k = x.shape
-    n = qw.shape[0]
-    wb = group // 8
-    magic, base = _MAGIC[x.dtype]
-    w = qw.to(torch.int64) & 0xFFFFFFFF
-    acc = torch.zeros(m, n, dtype=torch.float32)
-    for g in range(k // group):
-        c = (z[g].float() + base).to(x.dtype).float()
-        for kb, halves in enumerate(tc_sources(group)):
-            for h, (pair, nib) in enumerate(halves):
-                for tig in range(4):
-                    w0 = w[:, g * wb + 8 * pair + 2 * tig]
-                    w1 = w[:, g * wb + 8 * pair + 2 * tig + 1]
-                    v = _prmt_lop3(w0, w1, nib // 2, 4 * (nib % 2), magic)
-                    for e, bits in enumerate((v & 0xFFFF, v >> 16)):
-                        wq = _bf16_bits_to_float(bits, x.dtype) - c  # hsub2: q - zero, exact
-                        wq = (wq * s[g].float()).to(x.dtype).float()  # hmul2: w_hat rounded once
-                        col = g * group + 16 * kb + 8 * h + 2 * tig + e
-                        acc += x[:, col:col + 1].float() * wq[None, :]
-    y = acc.to(x.dtype)
-    if residual is not None:
-        y = (y.float() + residual.float()).to(x.dtype)
-    return y.float()
-
-
 # ---- bf16 / fp16 weights: the same few-row technique without dequantization (dense_mma_kernel in the source) ----
 DENSE_KS = (1, 2, 4, 8, 16)
 _DENSE_BEST: dict = {}
@@ -689,12 +477,6 @@ def dense_variants(device_index: int = 0) -> tuple:
     if lib is None:
         return ()
     return _tuples(lib.wb_dense_mma_variants())
-
-
-@functools.cache
-def dense_source_variants() -> tuple:
-    """``(MT, CH, DEPTH)`` tuples the source instantiates (``WB_DENSE_VARIANTS``), read without compiling."""
-    return _listed("WB_DENSE_VARIANTS")
 
 
 def dense_supported(n: int, k: int, dtype: torch.dtype) -> bool:
@@ -714,7 +496,7 @@ def dense_default_cfg(n: int, k: int, m: int, sms: int = 132) -> tuple:
     """An untuned configuration: 128-column stages where they divide ``k`` and are compiled for this ``MT`` (else
     64), 3-4 in flight, ``KS`` so that about ``24 * sms`` warps run."""
     mt = m_tiles(m)
-    have = set(dense_source_variants())
+    have = set(dense_variants())
     ch, depth = next((c, d) for c, d in ((4, 4), (4, 3), (2, 4), (2, 8)) if (mt, c, d) in have and k % (32 * c) == 0)
     ks = 1
     while (n // 16) * ks < 24 * sms and 2 * ks <= ks_max(mt, 1) and 2 * ks <= k // (32 * ch):
@@ -794,40 +576,3 @@ def dense_tune(x, w, residual=None, cfgs=None, l2_bytes: float = 128e6, timings:
     return best
 
 
-# the dense kernel's fragment assignment: MMA j of a chunk takes words (2 j, 2 j + 1) of the lane's 16 bytes of each
-# row as its A registers {a0, a1, a2, a3} = {row gid word 2j, row gid+8 word 2j, row gid word 2j+1, row gid+8 word
-# 2j+1} and the same words of the activation row as {b0, b1} (``fa`` / ``fb`` in the source)
-DENSE_A_WORDS = ((0, 0), (1, 0), (0, 1), (1, 1))  # (row half h: gid or gid + 8, word offset within the pair)
-
-
-def dense_emulate(x: torch.Tensor, w: torch.Tensor, a_words=DENSE_A_WORDS) -> torch.Tensor:
-    """The dense kernel's data movement on the CPU: for every 16-row tile of ``w`` and 32-column chunk of K, each
-    lane ``(gid, tig)``'s 16 bytes of rows ``gid``, ``gid + 8`` and of activation row ``gid`` are placed into the
-    registers of ``mma.m16n8k16`` as the source does (``a_words``), and the MMA is evaluated by PTX's fragment
-    layout (a0: row gid, k 2 tig + e; a1: row gid + 8, same k; a2 / a3: k + 8; b0: k 2 tig + e, column gid;
-    b1: k + 8). Returns ``[M, N]`` float32 (no rounding), for the tests to compare with ``x @ w.T``."""
-    m, k = x.shape
-    n = w.shape[0]
-    xf, wf = x.float(), w.float()
-    out = torch.zeros(m, n)
-    for nt in range(0, n, 16):
-        for c0 in range(0, k, 32):
-            for j in range(2):
-                a = torch.zeros(16, 16)  # [A row, k-slot]
-                for gid in range(8):
-                    for tig in range(4):
-                        col = c0 + 8 * tig + 4 * j  # the lane's word pair 2j, 2j+1: columns col .. col + 3
-                        for reg, (h, wo) in enumerate(a_words):
-                            row = gid + 8 * (reg & 1)  # a0, a2: row gid; a1, a3: row gid + 8
-                            slot = 2 * tig + 8 * (reg >> 1)  # a0, a1: k 2 tig; a2, a3: k 2 tig + 8
-                            a[row, slot:slot + 2] = wf[nt + gid + 8 * h, col + 2 * wo:col + 2 * wo + 2]
-                for m0 in range(0, m, 8):  # one MMA per activation tile of 8 rows
-                    b = torch.zeros(16, 8)  # [k-slot, B column]
-                    for gid in range(min(8, m - m0)):
-                        for tig in range(4):
-                            col = c0 + 8 * tig + 4 * j
-                            b[2 * tig:2 * tig + 2, gid] = xf[m0 + gid, col:col + 2]
-                            b[2 * tig + 8:2 * tig + 10, gid] = xf[m0 + gid, col + 2:col + 4]
-                    d = a @ b  # [16 weight rows, 8 activation rows]
-                    out[m0:m0 + 8, nt:nt + 16] += d[:, :min(8, m - m0)].t()
-    return out

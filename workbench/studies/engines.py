@@ -47,24 +47,33 @@ def _engine_config_dict(cfg: Any) -> dict:
 class WorkbenchEngine:
     """The workbench's own engine (:class:`workbench.engine.Engine`), in this process, on the model's device.
 
-    ``config``: the engine's kernel settings (an ``EngineConfig``; ``None``: the defaults, with
-    ``WORKBENCH_DISABLED_KERNELS`` applied)."""
+    ``config``: the engine's kernel settings (a :class:`workbench.engine.EngineConfig`; ``None``: the defaults,
+    with ``WORKBENCH_DISABLED_KERNELS`` applied, read when the backend is made). ``route_key``: the engine's
+    :meth:`~workbench.engine.Engine.route_key` once a study has built one (set by the study; ``None`` before)."""
 
     config: Any = None
+    route_key: str | None = None
     name: str = field(default="workbench", init=False)
     in_process: bool = field(default=True, init=False)
 
-    def engine_config(self):
-        """The ``EngineConfig`` engines of this backend are built with (the defaults where none was given)."""
-        if self.config is not None:
-            return self.config
-        import workbench.engine as eng
+    def __post_init__(self):
+        if self.config is None:
+            from workbench.engine import EngineConfig
 
-        cls = getattr(eng, "EngineConfig", None)  # TEMP until the engine's EngineConfig lands
-        return cls.from_env() if cls is not None else None
+            object.__setattr__(self, "config", EngineConfig.from_env())
+
+    def engine_config(self):
+        """The :class:`~workbench.engine.EngineConfig` engines of this backend are built with."""
+        return self.config
 
     def provenance(self) -> dict:
-        return {"name": self.name, "engine_config": _engine_config_dict(self.engine_config())}
+        """``name``, ``engine_config`` (``EngineConfig.to_dict()``: the kernels routing may choose) and, where
+        known, ``route_key``: all of it goes into ``engine_key``, so a timing made with other kernels is not
+        reused."""
+        out = {"name": self.name, "engine_config": _engine_config_dict(self.engine_config())}
+        if self.route_key:
+            out["route_key"] = self.route_key
+        return out
 
 
 def _vllm(**kwargs):

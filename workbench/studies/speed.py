@@ -101,8 +101,7 @@ def measure_speed(model, config: SpeedConfig | None = None, engine_config=None) 
     if cuda:
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
-    kw = {} if engine_config is None else {"config": engine_config}
-    eng = convert_for_runtime(model, max_batch=max(config.decode_batches), max_seq=max_seq, **kw)
+    eng = convert_for_runtime(model, max_batch=max(config.decode_batches), max_seq=max_seq, config=engine_config)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     prof = run_profile(eng, ProfileConfig(prompt_lens=(config.prefill_tokens,), prefill_batches=(1,),
@@ -111,10 +110,8 @@ def measure_speed(model, config: SpeedConfig | None = None, engine_config=None) 
                        clock=time.perf_counter if cuda else time.process_time)
     row = {"speed_device": _device_label(device), "speed_clock": "wall" if cuda else "process_time",
            "runtime": runtime_label(eng), "engine_weight_bytes": int(eng.weight_bytes())}
-    if hasattr(eng, "route_table"):
-        import json
-
-        row["route_table"] = json.dumps(eng.route_table(), sort_keys=True, default=str)
+    row["route_key"] = eng.route_key()  # which kernel ran each matmul (Engine.route_table), as a short string
+    row["route_table"] = eng.route_table().to_json(orient="records")
     for r in prof.itertuples(index=False):
         key = f"prefill_ms_{r.seq_len}" if r.phase == "prefill" else f"decode_ms_b{r.batch}"
         row[key] = float(r.ms)
