@@ -48,7 +48,8 @@ PROMPTS = (512, 2048)
 def _meta(device: str, **extra) -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], check=False,
+                                    capture_output=True,
                                     text=True).stdout.strip())
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", None
@@ -182,7 +183,7 @@ def cmd_sim(args) -> None:
                                        "n_prefill": int(dis["prefill_workers"]), "n_decode": int(dis["decode_workers"]),
                                        "max_batch": int(dis["batch_size"])}), dis),
     }
-    fixed = dict(prompt=LengthDist("fixed", isl), output=LengthDist("fixed", osl))
+    fixed = {"prompt": LengthDist("fixed", isl), "output": LengthDist("fixed", osl)}
     rows, sweeps = [], []
     for policy, (cfg, a) in deployments.items():
         aic_rate = float(a["goodput_rps"]) * cfg.n_gpus / float(a["n_gpus"])  # AIConfigurator's rate on these GPUs
@@ -199,7 +200,7 @@ def cmd_sim(args) -> None:
                "aic_pd_ratio": a["pd_ratio"], "aic_batch_size": int(a["batch_size"]),
                "aic_concurrency": float(a["concurrency"]), "aic_ttft_ms": float(a["ttft_ms"]),
                "aic_tpot_ms": float(a["tpot_ms"]), "aic_goodput_rps": aic_rate,
-               "sim_ttft_p50_ms": at["ttft_ms_p50"], "sim_tpot_p50_ms": at["tpot_ms_p50"],
+               "sim_ttft_p50_ms": at["p50_ttft_ms"], "sim_tpot_p50_ms": at["p50_tpot_ms"],
                "sim_goodput_rps_at_aic_rate": at["goodput_rps"], "sim_attainment_at_aic_rate": at["slo_attainment"],
                "sim_capacity_rps": cap, "cost_fit_max_rel_err": fit_err}
         row["explanation"] = _explain(row, fit_err)

@@ -134,6 +134,7 @@ def test_recommend_reports_aiconfigurators_pick_and_pd_workers(rec):
     (lambda: predict("qwen2-7", "h200_sxm"), r"neither a model AIConfigurator ships.*qwen2-7b"),
     (lambda: predict("llama3-8b", "h200_sxm", osl=1), r"osl >= 2"),
     (lambda: recommend("qwen2-7b", "rtx-4090"), r"not made for a stand-in"),
+    (lambda: predict("smollm2-135m", "h100_sxm"), r"no measured kernels for smollm2-135m on h100_sxm.*head_size: 64"),
 ])
 def test_bad_input_names_what_is_supported(call, match):
     with pytest.raises(ValueError, match=match):

@@ -50,9 +50,21 @@ def _common(model, system: str, engine: str, precision: str) -> dict:
 
 
 def _estimate(c: dict, **kw):
-    with quiet():
-        return c["api"].cli_estimate(c["path"], c["system"], backend_name=c["cols"]["engine"],
-                                     gemm_quant_mode=c["gemm"], **kw)
+    """``cli_estimate`` on the resolved names; AIConfigurator's ``PerfDataNotAvailableError`` (no measured
+    kernel for this model's shape, e.g. SmolLM2-135M's 64-wide heads with 3 KV heads) becomes a
+    ``ValueError`` that says so and names the fix."""
+    from aiconfigurator.sdk.errors import PerfDataNotAvailableError
+
+    try:
+        with quiet():
+            return c["api"].cli_estimate(c["path"], c["system"], backend_name=c["cols"]["engine"],
+                                         gemm_quant_mode=c["gemm"], **kw)
+    except PerfDataNotAvailableError as e:
+        raise ValueError(
+            f"AIConfigurator has no measured kernels for {c['cols']['model']} on {c['system']} in "
+            f"{c['cols']['engine']} {c['cols']['engine_version']} ({str(e).split(': tried')[0]}). Its tables cover "
+            "the attention shapes of the models it supports (Llama-3-8B, Qwen2-7B, Qwen3, ...). Fix: predict a "
+            "model of such a shape, or another system or engine") from e
 
 
 def predict(model, system: str, engine: str = "vllm", precision: str = "bf16", *, batch_sizes=(1,),
