@@ -71,3 +71,24 @@ def test_sweep_row_on_the_builtin_model(default_model):
     fp = run_quant_point(m, tok, None, w).iloc[0]
     assert row["format"] == "float" and row["runtime"] == NO_FLOAT_KERNEL
     assert 0 < row["kl_mean"] < 0.5 and row["weight_bytes"] < 0.6 * fp["weight_bytes"]
+
+
+def test_fp8_vs_w4a16_takeaway_is_computed_from_the_rows():
+    import pandas as pd
+
+    from workbench.quant.floatverdict import fp8_vs_w4a16
+
+    base = {"mmlu_acc": 0.5, "mmlu_ci_lo": 0.4, "mmlu_ci_hi": 0.6, "mmlu_n": 100}
+    grid = pd.DataFrame([
+        {"label": "GPTQ W4 g128 asym", "kl_mean": 0.2, "kl_windows": [0.21, 0.19, 0.2, 0.22], "weight_bytes": 100, **base},
+        {"label": "FP8_DYNAMIC (W8A8 e4m3)", "kl_mean": 0.03, "kl_windows": [0.03, 0.02, 0.04, 0.03],
+         "weight_bytes": 130, **base}])
+    out = fp8_vs_w4a16(grid)
+    assert out["memory_ratio"] == pytest.approx(1.3)
+    assert out["kl"].winner == "FP8_DYNAMIC (W8A8 e4m3)" and out["mmlu"].winner is None
+    assert "1.30x" in out["text"] and "no difference" in out["text"]
+    grid.loc[1, "kl_windows"] = [0.25, 0.15, 0.2, 0.22]  # mean difference 0.005, spread wide: no winner
+    grid.loc[1, "kl_mean"] = 0.205
+    assert fp8_vs_w4a16(grid)["kl"].winner is None
+    with pytest.raises(ValueError, match="float_grid"):
+        fp8_vs_w4a16(grid.iloc[:1])
