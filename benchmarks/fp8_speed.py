@@ -64,9 +64,9 @@ def _timer(smoke: bool):
 def per_layer(cfg: dict, rows, dev, dtype, smoke: bool) -> list:
     """One row per (layer, M): ``bf16_ms``, ``fp8_ms`` (quantize + matmul), ``fp8_mm_ms`` (matmul only),
     ``w4a16_ms``, weight bytes of each and the copy-bandwidth floor of the bf16 weight."""
+    from workbench.engine.engine import default_w4a16_backend
     from workbench.engine.fp8 import Fp8Linear, quantize_per_token
     from workbench.engine.weights import make_linear
-    from workbench.engine.engine import default_w4a16_backend
 
     h, inter = cfg["hidden_size"], cfg["intermediate_size"]
     d = h // cfg["num_attention_heads"]
@@ -82,15 +82,15 @@ def per_layer(cfg: dict, rows, dev, dtype, smoke: bool) -> list:
         for m in rows:
             x = torch.randn(m, k, generator=g, device=dev).to(dtype)
             q, s = quantize_per_token(x)
-            row = {"layer": name, "N": n, "K": k, "M": m, "bf16_ms": t(lambda: F.linear(x, w)), "fp8_ms": t(lambda: fp8(x)),
-                   "w4a16_ms": t(lambda: w4(x)), "bf16_bytes": w.numel() * w.element_size(), "fp8_bytes": fp8.nbytes(),
-                   "w4a16_bytes": w4.nbytes()}
+            row = {"layer": name, "N": n, "K": k, "M": m, "bf16_ms": t(lambda x=x, w=w: F.linear(x, w)),
+                   "fp8_ms": t(lambda x=x, f=fp8: f(x)), "w4a16_ms": t(lambda x=x, f=w4: f(x)),
+                   "bf16_bytes": w.numel() * w.element_size(), "fp8_bytes": fp8.nbytes(), "w4a16_bytes": w4.nbytes()}
             if not smoke:
-                row["fp8_mm_ms"] = t(lambda: torch._scaled_mm(q, fp8.wt, scale_a=s, scale_b=fp8.s_w_row, out_dtype=dtype))
+                row["fp8_mm_ms"] = t(lambda q=q, s=s, f=fp8: torch._scaled_mm(q, f.wt, scale_a=s, scale_b=f.s_w_row,
+                                                                               out_dtype=dtype))
             row["speedup_fp8_vs_bf16"] = row["bf16_ms"] / row["fp8_ms"]
             row["speedup_w4a16_vs_bf16"] = row["bf16_ms"] / row["w4a16_ms"]
             out.append(row)
-        del w, fp8, w4
     return out
 
 

@@ -23,5 +23,5 @@ def test_smoke_writes_json_with_provenance(tmp_path):
     assert {x["layer"] for x in r["per_layer"]} == {"qkv", "o", "gate_up", "down"}
     assert {x["variant"] for x in r["end_to_end"]} == {"bf16 (engine defaults)", "bf16", "w4a16", "fp8"}
     assert all(x["decode_ms"] > 0 for x in r["end_to_end"])
-    fp8 = [x for x in r["end_to_end"] if x["variant"] == "fp8"][0]
+    fp8 = next(x for x in r["end_to_end"] if x["variant"] == "fp8")
     assert any(lab.startswith("fp8 e4m3") for lab in fp8["runtime"])

@@ -5,8 +5,17 @@ import pytest
 import torch
 
 from workbench.quant import floatref as R
-from workbench.quant.floatfmt import (E2M1, E4M3, e2m1_codes, e2m1_values, e8m0_decode, e8m0_encode, pack_e2m1,
-                                      round_to_format, unpack_e2m1)
+from workbench.quant.floatfmt import (
+    E2M1,
+    E4M3,
+    e2m1_codes,
+    e2m1_values,
+    e8m0_decode,
+    e8m0_encode,
+    pack_e2m1,
+    round_to_format,
+    unpack_e2m1,
+)
 
 
 def test_e4m3_grid_is_every_finite_float8_e4m3fn_value():

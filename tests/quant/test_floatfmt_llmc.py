@@ -17,7 +17,7 @@ pytest.importorskip("llmcompressor")
 
 @pytest.fixture(scope="module")
 def small_builtin(default_model):
-    m, tok = default_model
+    m, _ = default_model
     m2 = copy.deepcopy(m)
     m2.model.layers = m2.model.layers[:2]
     m2.config.num_hidden_layers = 2

@@ -49,8 +49,13 @@ def export_float_compressed_tensors(qmodel, out_dir: str | Path, tokenizer=None)
     Returns ``{"scheme", "format", "n_layers", "files"}``. Raises ``ValueError`` for a model with no
     ``FloatQuantLinear`` (quantize it with ``workbench.quant.floatquant.quantize_float`` first)."""
     from compressed_tensors.compressors.model_compressors.model_compressor import ModelCompressor
-    from compressed_tensors.quantization import (QuantizationConfig, QuantizationScheme, QuantizationStatus,
-                                                 apply_quantization_config, preset_name_to_scheme)
+    from compressed_tensors.quantization import (
+        QuantizationConfig,
+        QuantizationScheme,
+        QuantizationStatus,
+        apply_quantization_config,
+        preset_name_to_scheme,
+    )
 
     cfg = getattr(qmodel, "workbench_quant_config", None)
     src = {n: q for n, q in qmodel.named_modules() if isinstance(q, FloatQuantLinear)}

@@ -100,7 +100,7 @@ def to_fp8(weights, emulate: bool = False) -> dict:
         for attr, key in (("wqkv", "qkv"), ("wo", "o"), ("wgu", "gate_up"), ("wd", "down")):
             m = getattr(lw, attr)
             if not isinstance(m, Dense):
-                raise ValueError(f"layers.{i}.{key} is {type(m).__name__}, not a dense weight: build the engine in "
+                raise ValueError(  # noqa: TRY004 - a wrong engine build, named with its fixf"layers.{i}.{key} is {type(m).__name__}, not a dense weight: build the engine in "
                                  "bf16 (no w4a16) before to_fp8")
             setattr(lw, attr, Fp8Linear(m.w, m.w.dtype, emulate))
             weights.labels[f"layers.{i}.{key}"] = label

@@ -23,8 +23,17 @@ from __future__ import annotations
 
 import torch
 
-from .floatfmt import (E2M1, E4M3, e2m1_codes, e2m1_values, e8m0_decode, e8m0_encode, pack_e2m1, round_to_format,
-                       unpack_e2m1)
+from .floatfmt import (
+    E2M1,
+    E4M3,
+    e2m1_codes,
+    e2m1_values,
+    e8m0_decode,
+    e8m0_encode,
+    pack_e2m1,
+    round_to_format,
+    unpack_e2m1,
+)
 
 __all__ = ["MX_RULES", "act_fp8_group", "act_fp8_per_token", "act_fp8_static", "act_int8_per_token", "act_mxfp4",
            "act_nvfp4", "dequantize_weight", "mx_exponent", "nvfp4_global_scale", "weight_fp8", "weight_int8",

@@ -36,8 +36,9 @@ def fp8_vs_w4a16(grid: pd.DataFrame, w4a16: str | None = None, fp8: str | None =
     mm = compare_points(grid, f8, w4, "mmlu_acc") if "mmlu_acc" in grid and grid["mmlu_acc"].notna().all() else None
     rw, rf = grid[grid["label"] == w4].iloc[-1], grid[grid["label"] == f8].iloc[-1]
     ratio = float(rf["weight_bytes"] / rw["weight_bytes"])
-    parts = [f"{f8} against {w4}: weights {rf['weight_bytes'] / 2**20:,.0f} vs {rw['weight_bytes'] / 2**20:,.0f} MiB "
-             f"({ratio:.2f}x the W4A16 bytes).", f"KL to the full-precision model: {kl.text}."]
+    head = (f"{f8} against {w4}: weights {rf['weight_bytes'] / 2**20:,.0f} vs {rw['weight_bytes'] / 2**20:,.0f} MiB "
+            f"({ratio:.2f}x the W4A16 bytes).")
+    parts = [head, f"KL to the full-precision model: {kl.text}."]
     if mm is not None:
         parts.append(f"MMLU ({int(rf['mmlu_n'])} questions): {mm.text}.")
     return {"w4a16": w4, "fp8": f8, "kl": kl, "mmlu": mm, "memory_ratio": ratio, "text": " ".join(parts)}
