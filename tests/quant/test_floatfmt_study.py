@@ -92,3 +92,15 @@ def test_fp8_vs_w4a16_takeaway_is_computed_from_the_rows():
     assert fp8_vs_w4a16(grid)["kl"].winner is None
     with pytest.raises(ValueError, match="float_grid"):
         fp8_vs_w4a16(grid.iloc[:1])
+
+
+def test_pareto_front_known_answer():
+    import pandas as pd
+
+    from workbench.quant.floatverdict import pareto_front
+
+    g = pd.DataFrame({"label": list("abcde"), "weight_bytes": [100, 130, 130, 220, 500],
+                      "kl_mean": [0.2, 0.03, 0.05, 0.003, 0.0]})
+    assert pareto_front(g)["label"].tolist() == ["a", "b", "d", "e"]  # c: same bytes as b, higher KL
+    with pytest.raises(ValueError, match="no column"):
+        pareto_front(g, y="ppl")

@@ -12,7 +12,7 @@ import pandas as pd
 
 from workbench.quant.verdict import compare_points
 
-__all__ = ["W4A16_LABELS", "fp8_vs_w4a16"]
+__all__ = ["FP8_LABELS", "W4A16_LABELS", "fp8_vs_w4a16", "pareto_front"]
 
 # the W4A16 points the takeaway picks from, best-calibrated first (QuantConfig labels of the study's grids)
 W4A16_LABELS = ("GPTQ W4 g128 asym", "AWQ W4 g128 asym", "RTN W4 g128 asym", "RTN W4 g128 sym")
@@ -42,3 +42,20 @@ def fp8_vs_w4a16(grid: pd.DataFrame, w4a16: str | None = None, fp8: str | None =
     if mm is not None:
         parts.append(f"MMLU ({int(rf['mmlu_n'])} questions): {mm.text}.")
     return {"w4a16": w4, "fp8": f8, "kl": kl, "mmlu": mm, "memory_ratio": ratio, "text": " ".join(parts)}
+
+
+def pareto_front(grid: pd.DataFrame, x: str = "weight_bytes", y: str = "kl_mean") -> pd.DataFrame:
+    """The rows of ``grid`` no other row beats on both ``x`` and ``y`` (both lower is better; e.g. stored bytes and
+    KL), sorted by ``x``: the memory-vs-quality front, integer and float formats alike (the full-precision row is on
+    it, at KL 0). A row is dominated when another has ``x <=`` and ``y <=`` with one strict. Rows with a missing
+    ``x`` or ``y`` are left out. Raises ``ValueError`` for a column the grid lacks."""
+    for c in (x, y):
+        if c not in grid:
+            raise ValueError(f"pareto_front: the grid has no column {c!r}")
+    d = grid.dropna(subset=[x, y]).sort_values([x, y])
+    keep, best = [], float("inf")
+    for i, v in zip(d.index, d[y]):
+        if v < best:  # sorted by x (then y): a row is on the front iff its y beats every smaller-x row's
+            keep.append(i)
+            best = v
+    return d.loc[keep]
