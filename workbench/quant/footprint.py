@@ -6,7 +6,10 @@ import torch
 
 from workbench.arch import ModelSpec, kv_bytes_per_token
 
+from .floatlinear import FloatQuantLinear
 from .qlinear import QuantLinear
+
+_QUANTIZED = (QuantLinear, FloatQuantLinear)  # integer codes, and the float formats (E4M3, NVFP4, MXFP4, W8A8)
 
 __all__ = ["footprint"]
 
@@ -34,7 +37,8 @@ def footprint(model: torch.nn.Module, kv_dtype_bytes: int | None = None) -> dict
 
     * ``weight_bytes``: all parameters and buffers (``numel * element_size`` of the actual tensors:
       packed codes, scales, zeros, AWQ input scales, and every float parameter left, e.g. embeddings);
-    * ``quant_bytes``: the part stored in ``QuantLinear`` layers (codes + scales + zeros + input scale);
+    * ``quant_bytes``: the part stored in ``QuantLinear`` / ``FloatQuantLinear`` layers (codes + scales + zeros + input
+      scale; float codes, their scales and global scales);
     * ``linear_fp_bytes``: float weights of plain ``nn.Linear`` layers (e.g. a skipped ``lm_head``,
       0 when it is tied to the embeddings, which are counted under ``other_bytes``);
     * ``other_bytes``: everything else (embeddings, norms, biases, non-persistent buffers such as
@@ -55,14 +59,14 @@ def footprint(model: torch.nn.Module, kv_dtype_bytes: int | None = None) -> dict
             continue
         seen.add(key)
         b = t.numel() * t.element_size()
-        if isinstance(mod, QuantLinear) and t is not mod.bias:
+        if isinstance(mod, _QUANTIZED) and t is not mod.bias:
             quant += b
         elif isinstance(mod, torch.nn.Linear) and t is mod.weight:
             lin += b
         else:
             other += b
     for mod in model.modules():
-        if isinstance(mod, QuantLinear):
+        if isinstance(mod, _QUANTIZED):
             n_ql += 1
             n_q += mod.in_features * mod.out_features
     cfg = getattr(model, "config", None)

@@ -54,6 +54,9 @@ class Config:
     prefill_tokens: int = 512  # prompt of the timed prefill
     timing_shape: str = ""  # "random:qwen2-7b": also time the W4A16 runtimes on that shape (GPU; "" off)
     layer_configs: tuple = ("rtn_int4_tensor_sym", "rtn_int4_g32")  # per-layer error maps of these presets
+    # float formats (FP8_DYNAMIC, FP8, FP8_BLOCK, W8A8, NVFP4, MXFP4...): a name in workbench.quant.floatconfig.FLOAT_GRIDS
+    # appended to the grid ("none": integer formats only); quality only, the sweep times no float kernel
+    float_grid: str = "none"
     seed: int = 0  # MMLU sample
 
     def __post_init__(self):
@@ -66,6 +69,12 @@ class Config:
             raise ValueError(unknown_name_message("quantization grid", self.grid, GRIDS))
         if isinstance(self.subjects, str):
             object.__setattr__(self, "subjects", tuple(s.strip() for s in self.subjects.split(",") if s.strip()))
+        from workbench.quant.floatconfig import FLOAT_GRIDS
+
+        if self.float_grid not in FLOAT_GRIDS:
+            from workbench.registry import unknown_name_message
+
+            raise ValueError(unknown_name_message("float-format grid", self.float_grid, FLOAT_GRIDS))
         if self.formulation not in ("mmlu", "mmlu_continuation"):
             raise ValueError(f"Config.formulation={self.formulation!r}: use 'mmlu_continuation' or 'mmlu'")
         for f in ("n_tokens", "seq_len", "n_calib", "calib_len", "awq_tokens", "prefill_tokens"):
@@ -83,11 +92,12 @@ class Config:
         """The named size on ``device``.
 
         * ``smoke``: two RTN points, 256 tokens, 2 x 2 MMLU questions, prefill of 64 tokens (CI).
-        * ``demo``: on the CPU 6 points (RTN INT8 to INT3, AWQ and GPTQ INT4) on 1,024 tokens, MMLU one question
+        * ``demo``: on the CPU 6 points (RTN INT8 to INT3, AWQ and GPTQ INT4) and the 8 float formats (``float_grid``)
+          on 1,024 tokens, MMLU one question
           from each of :data:`DEMO_SUBJECTS`, calibration 4 x 128 tokens; on CUDA 10 points on 4,096 tokens, 570
           MMLU questions, 32 x 256 calibration tokens, and, with >= 40 GiB of GPU memory, the W4A16 runtimes on
           the Qwen2-7B shape (random weights, speed only).
-        * ``full``: all 26 points, 4,096 tokens, 570 MMLU questions, 32 x 256 calibration tokens.
+        * ``full``: all 26 points and the 8 float formats, 4,096 tokens, 570 MMLU questions, 32 x 256 calibration tokens.
 
         ``overrides`` replace fields (``None`` keeps the preset's). Raises ``ValueError`` for an unknown size,
         device or field."""
@@ -98,10 +108,10 @@ class Config:
         table = {
             "smoke": {"grid": "smoke", "n_tokens": 256, "seq_len": 128, "n_questions": 2, "subjects": ("astronomy", "marketing"),
                           "prefill_tokens": 64, "layer_configs": ("rtn_int4_tensor_sym",)},
-            "demo": dict(grid="demo", **big,
+            "demo": dict(grid="demo", **big, float_grid="all",
                          timing_shape="random:qwen2-7b" if p.gpu_memory_gib() >= TIMING_SHAPE_MIN_GIB else "")
-            if p.cuda else {"grid": "demo_cpu"},
-            "full": dict(grid="full", **big),
+            if p.cuda else {"grid": "demo_cpu", "float_grid": "demo_cpu"},
+            "full": dict(grid="full", **big, float_grid="all"),
         }
         return presets(cls, size, device, table, overrides)
 
@@ -157,9 +167,13 @@ def run(config: Config, *, model, data: Data | None = None, engine="workbench", 
     configs = quant_grid(config.grid, n_calib_samples=config.n_calib, calib_seq_len=config.calib_len,
                          awq_max_tokens=config.awq_tokens)
     prov = provenance(m, config, backend)
-    if not backend.in_process:
+    if not backend.in_process:  # (the vLLM engine measures the integer grid; float formats: workbench engine only)
         grid = backend.run_quant(m, tok, configs, config, data=data, store=st, provenance=prov)
     else:
+        # -- float formats (workbench.quant.floatconfig), after the integer points ---------------------------------
+        from workbench.quant.floatconfig import float_grid
+
+        configs = configs + float_grid(config.float_grid, n_calib_samples=config.n_calib, calib_seq_len=config.calib_len)
         grid = run_quant_sweep(m, tok, configs, text=data.text, n_tokens=config.n_tokens, seq_len=config.seq_len,
                                n_questions=config.n_questions, n_shot=config.n_shot, formulation=config.formulation,
                                subjects=list(config.subjects) if config.subjects else None, speed=speed,

@@ -14,6 +14,7 @@ from workbench.eval.fidelity import eval_windows, run_fidelity
 from workbench.eval.mmlu import run_mmlu, summarize_mmlu
 from workbench.models import require_trained, weights_label
 from workbench.quant.config import QuantConfig
+from workbench.quant.floatconfig import FloatConfig, is_float_row
 from workbench.quant.footprint import footprint
 from workbench.quant.quantize import quantize
 from workbench.studies.speed import SpeedConfig, measure_speed
@@ -82,7 +83,7 @@ def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tenso
         qmodel, report = model, pd.DataFrame()
         row = _fp_row(model)
     else:
-        qmodel, report = quantize(model, config, calib, tok=tok)
+        qmodel, report = _quantize_any(model, config, calib, tok)
         row = config.to_row()
     row["quantize_s"] = time.perf_counter() - t0
     row.update(footprint(qmodel))
@@ -92,11 +93,32 @@ def run_quant_point(model, tok, config: QuantConfig | None, windows: torch.Tenso
     row["ppl"] = row["ppl_q"]
     if mmlu_questions is not None and len(mmlu_questions):
         row.update(_mmlu(qmodel, tok, mmlu_questions, mmlu_dev, n_shot, 8, formulation))
-    if speed is not None:
+    if speed is not None and isinstance(config, FloatConfig):
+        row["runtime"] = NO_FLOAT_KERNEL
+    elif speed is not None:
         row.update(measure_speed(qmodel, speed, engine_config))
     if report_out is not None and len(report):
         report_out.append(report.assign(label=row["label"]))
     return pd.DataFrame([row])
+
+
+# -- the float formats (workbench.quant.floatconfig): FP8_DYNAMIC, FP8, FP8_BLOCK, W8A8, NVFP4(A16), MXFP4(A16) ------
+NO_FLOAT_KERNEL = ("speed not measured: the workbench engine runs no FP8 / FP4 / INT8-activation kernel in this sweep "
+                   "(FP8 on torch._scaled_mm needs CUDA compute capability >= 8.9: benchmarks/fp8_speed.py)")
+
+
+def _quantize_any(model, config, calib, tok):
+    """``quantize`` for a :class:`QuantConfig`, ``quantize_float`` for a :class:`FloatConfig`."""
+    if isinstance(config, FloatConfig):
+        from workbench.quant.floatquant import quantize_float
+
+        return quantize_float(model, config, calib, tok=tok)
+    return quantize(model, config, calib, tok=tok)
+
+
+def _config_of(cfg: dict):
+    """The config a stored sweep key describes: :class:`FloatConfig` for a float-format key, else :class:`QuantConfig`."""
+    return FloatConfig(**cfg) if is_float_row(cfg) else QuantConfig(**cfg)
 
 
 def _mmlu_data(n_questions: int, subjects, seed: int = 0):
@@ -168,7 +190,7 @@ def run_quant_sweep(model, tok, configs: list[QuantConfig | None], *, text: str 
 
     def fn_key(k: dict) -> pd.DataFrame:
         cfg = {kk: v for kk, v in k.items() if kk != "_eval"}
-        qc = None if cfg.get("method") == "fp" else QuantConfig(**cfg)
+        qc = None if cfg.get("method") == "fp" else _config_of(cfg)
         out = run_quant_point(model, tok, qc, windows, calib=calib, fp_cache=fp_cache, batch_size=batch_size,
                               mmlu_questions=questions, mmlu_dev=dev, n_shot=n_shot, formulation=formulation,
                               speed=speed_cfg, engine_config=backend.engine_config())
@@ -249,7 +271,10 @@ def run_quant_speed(model, tok, configs: list[QuantConfig | None], *, speed: boo
         if cfg.get("method") == "fp":
             qmodel, row = model, _fp_row(model)
         else:
-            qc = QuantConfig(**cfg)
+            qc = _config_of(cfg)
+            if isinstance(qc, FloatConfig):
+                raise ValueError(f"{qc.scheme}: the workbench engine has no float-format runtime here; time FP8 with "
+                                 "benchmarks/fp8_speed.py (workbench.engine.fp8)")
             qmodel = quantize(model, qc, calib, tok=tok)[0]
             row = qc.to_row()
         row["quantize_s"] = time.perf_counter() - t0
