@@ -20,8 +20,8 @@ import torch
 
 from workbench.registry import Registry
 
-__all__ = ["DTYPES", "CPUClock", "Placement", "clock_for", "default_dtype", "describe", "dtype_name", "from_env",
-           "resolve", "resolve_device", "resolve_dtype"]
+__all__ = ["DTYPES", "CPUClock", "Placement", "clock_for", "cpu_has_bf16", "default_dtype", "describe", "dtype_name",
+           "engine_dtype", "from_env", "resolve", "resolve_device", "resolve_dtype"]
 
 DTYPES: Registry[torch.dtype] = Registry("dtype", {
     "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -78,6 +78,36 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device = 
         dtype = dtype[len("torch."):]
     return DTYPES.lookup(dtype.strip() if isinstance(dtype, str) else dtype,
                          "Pass dtype='auto' for bf16 on CUDA and float32 on the CPU.")
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """True when this CPU computes bf16 natively: the ``avx512_bf16`` or ``amx_bf16`` flag in ``/proc/cpuinfo``
+    (``cpuinfo``: that file's text, for tests). There torch's CPU INT4 / INT8 kernels
+    (``_weight_int4pack_mm_for_cpu``, ``_weight_int8pack_mm``) beat a dense float32 matmul at decode's few rows;
+    with float32 activations they are slower (measured in :mod:`workbench.engine.cpu`). False where the file is
+    missing (not Linux)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def engine_dtype(name: str | None, device: str | torch.device) -> torch.dtype:
+    """The compute dtype a study's timed engines run in: ``"auto"`` / ``None`` -> bfloat16 on CUDA and on a CPU
+    with native bf16 (:func:`cpu_has_bf16`: what vLLM's CPU build runs, and what torch's CPU INT4 / INT8
+    kernels need), else float32; any other name as :func:`resolve_dtype`. Quality is measured on the model's own
+    dtype; only the timed engines take this one."""
+    if name in (None, "auto"):
+        dev = torch.device(device) if not isinstance(device, torch.device) else device
+        return torch.bfloat16 if dev.type == "cuda" or (dev.type == "cpu" and cpu_has_bf16()) else torch.float32
+    return resolve_dtype(name, device)
 
 
 def resolve(device: str | torch.device | None = "auto",

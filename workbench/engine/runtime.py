@@ -50,7 +50,7 @@ from workbench.engine.int4 import Int4Linear, dequantize_int4
 from workbench.engine.int8 import Int8Linear
 from workbench.engine.routing import Problem, choose
 
-__all__ = ["Dequantized", "InputScaled", "PaddedInput", "fuse_params", "quant_matmul", "quant_params_of",
+__all__ = ["Dequantized", "InputScaled", "PaddedInput", "cpu_int4_linear", "fuse_params", "quant_matmul", "quant_params_of",
            "runtime_group"]
 
 KERNEL_GROUPS = (256, 128, 64, 32)  # group sizes every INT4 kernel of the engine takes (tinygemm: 32-256)
@@ -118,6 +118,23 @@ class Dequantized:
 
     def nbytes(self) -> int:
         return self.inner.nbytes()
+
+
+def cpu_int4_linear(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, dtype, config: EngineConfig | None = None):
+    """The engine's own RTN INT4 weight (``w4a16="rtn"``) on the CPU: ``q`` ``[out, in]`` uint8 codes, ``scales`` /
+    ``zeros`` ``[out, in // g]``. The first kernel :func:`~workbench.engine.routing.choose` gives for a one-row call
+    with a dequantized copy kept: ``cpu-int4pack`` (bf16 activations) for up to ``config.cpu_int_max_rows`` rows
+    and the copy above (:class:`~workbench.engine.cpu.FewRows`), else the weight dequantized once
+    (:class:`Dequantized`; float32 activations, where the integer kernel is slower than ``F.linear``)."""
+    config = config or EngineConfig.from_env()
+    n, k = q.shape
+    name, why = choose("w4a16", Problem(n, k, 1, k // scales.shape[1], dtype, "cpu", copy=True), config)
+    if name == "cpu-int4pack":
+        lin = FewRows(CpuInt4Linear(q.cpu(), scales.cpu(), zeros.cpu(), dtype), dtype, config.cpu_int_max_rows)
+    else:
+        lin = Dequantized(Int4Linear(q, scales, zeros, dtype, "dequant", torch.device("cpu"), config), dtype)
+    lin.route_why = why
+    return lin
 
 
 def quant_params_of(module) -> dict | None:

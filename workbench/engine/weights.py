@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.engine.int4 import Int4Linear, quantize_rtn_int4
-from workbench.engine.runtime import InputScaled, fuse_params, quant_matmul, quant_params_of
+from workbench.engine.runtime import InputScaled, cpu_int4_linear, fuse_params, quant_matmul, quant_params_of
 
 QUANT_RUNTIMES = ("auto", "kernels", "cached", "dense")  # how a quantized model's Linears run (weights_from_hf)
 
@@ -189,6 +189,12 @@ def make_linear(w: torch.Tensor, quant, dtype, backend: str, group_size: int, co
     if quant is None:
         return Dense(w.to(dtype))
     q, s, z = quant
+    if backend == "dequant" and (w.device if w is not None else q.device).type == "cpu":  # the CPU: torch's INT4 kernel where it runs
+        if w is not None and q.shape[1] * 2 == w.shape[1]:
+            from workbench.engine.int4 import unpack_int4
+
+            q = unpack_int4(q.to(torch.uint8))
+        return cpu_int4_linear(q.to(torch.uint8), s, z, dtype, config)
     return Int4Linear.from_quantized(q, s, z, dtype, backend, w.device if w is not None else None,
                                      in_features=w.shape[1] if w is not None else None, config=config)
 

@@ -51,6 +51,9 @@ class Config:
     calib_len: int = 128  # tokens per calibration window
     awq_tokens: int = 256  # tokens AWQ scores each scale on
     speed: bool = True  # time every point on the engine
+    # the timed engines' compute dtype: auto = bfloat16 on CUDA and on a CPU with native bf16 (where torch's CPU
+    # INT4 / INT8 kernels run; workbench.device.engine_dtype), else float32; quality uses the model's own dtype
+    speed_dtype: str = "auto"
     prefill_tokens: int = 512  # prompt of the timed prefill
     timing_shape: str = ""  # "random:qwen2-7b": also time the W4A16 runtimes on that shape (GPU; "" off)
     layer_configs: tuple = ("rtn_int4_tensor_sym", "rtn_int4_g32")  # per-layer error maps of these presets
@@ -159,6 +162,7 @@ def run(config: Config, *, model, data: Data | None = None, engine="workbench", 
 
     backend = resolve_engine(engine)
     m, tok = as_model(model, config)
+    backend = _timed_in(backend, config, m)
     data = data or load_data(config)
     st = resolve_store(store)
     name = slug(f"quant_{_name(m)}_{config.grid}")
@@ -185,6 +189,21 @@ def run(config: Config, *, model, data: Data | None = None, engine="workbench", 
     if config.timing_shape and backend.in_process:
         timing = _timing(config, speed, st, backend, progress)
     return Result(grid, layers, takeaways(grid), timing, config, prov)
+
+
+def _timed_in(backend, config: Config, model):
+    """``backend`` with its engines' compute dtype set from ``config.speed_dtype`` (the workbench engine only, and
+    only where its ``EngineConfig`` leaves ``compute_dtype`` unset): the dtype is then in every timed point's
+    provenance and results key."""
+    from dataclasses import replace
+
+    from workbench.device import dtype_name, engine_dtype
+    from workbench.studies.engines import WorkbenchEngine
+
+    if not (config.speed and isinstance(backend, WorkbenchEngine)) or backend.engine_config().compute_dtype:
+        return backend
+    dt = dtype_name(engine_dtype(config.speed_dtype, next(model.parameters()).device))
+    return WorkbenchEngine(config=replace(backend.engine_config(), compute_dtype=dt))
 
 
 def _timing(config: Config, speed, store, backend, progress: bool) -> pd.DataFrame:

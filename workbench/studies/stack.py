@@ -33,6 +33,9 @@ class Config:
     size: str = "demo"  # smoke | demo | full
     device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on the CPU
+    # the engines' compute dtype: auto = bfloat16 on CUDA and on a CPU with native bf16 (torch's CPU INT4 kernels
+    # need bf16 activations; workbench.device.engine_dtype), else float32
+    engine_dtype: str = "auto"
     threads: int = 1  # torch threads on the CPU: one makes this process's CPU time the step's compute
     draft: str = "int3"  # make_draft name: int3/int4/int8 self-draft, layers-N, a hub id
     quant: str = "rtn"  # W4A16 weights: rtn | awq | gptq
@@ -142,7 +145,10 @@ def run(config: Config, *, model, data=None, engine="workbench", store=None, pro
     draft, _info = make_draft(target, config.draft, tok)
     prompt = tok(text[:20000], add_special_tokens=False)["input_ids"][:config.prompt_len]
     name = slug(f"stack_{_name(target)}")
-    res = run_stack(target, draft, config.stack_config(_name(target)), prompt, device=dev, clock=clock, name=name,
+    from workbench.device import engine_dtype
+
+    res = run_stack(target, draft, config.stack_config(_name(target)), prompt, device=dev,
+                    dtype=engine_dtype(config.engine_dtype, dev), clock=clock, name=name,
                     root=st.root, progress=progress)
     timing = _timing(config, res, prompt, st, clock) if config.timing_shape else None
     trained = not is_random(target)
