@@ -125,11 +125,36 @@ qp.plot_group_size_trend(grid[grid["method"] == "rtn"], "kl_mean")
 qp.plot_mmlu_vs_bits(grid) if "mmlu_acc" in grid else "MMLU off: n_questions = 0"
 
 # %% [markdown]
+# ## Float formats: FP8, W8A8, NVFP4, MXFP4 beside the integer ones
+# The float formats as llm-compressor names them (`FP8_DYNAMIC`: e4m3 weights per channel, activations per token;
+# `FP8`: static per-tensor scales; `FP8_BLOCK`: 128x128 blocks; `W8A8` INT8 with SmoothQuant; `NVFP4` / `MXFP4`:
+# e2m1 values with fp8 / e8m0 scales, W4A4 and weight-only) are in the same grid (`cfg.float_grid`), their
+# activations quantized at every Linear input where the real kernels quantize them, so KL and MMLU are the W8A8 /
+# W4A4 numbers. The chart places every point by measured bytes and KL; the dotted line is the front (no other point
+# has fewer bytes *and* lower KL). Speed: FP8 runs on `torch._scaled_mm` on CUDA with compute capability >= 8.9
+# only (`benchmarks/fp8_speed.py`); on this device the `runtime` column says when no float kernel was timed.
+
+# %%
+from workbench.quant.floatverdict import fp8_vs_w4a16, pareto_front
+
+front = pareto_front(grid)
+qp.plot_pareto(grid, front)
+
+# %%
+try:  # the sentence is computed from the two rows (paired KL interval, MMLU intervals, measured bytes)
+    print(fp8_vs_w4a16(grid)["text"])
+except ValueError as e:  # a grid without a W4A16 or an FP8 row
+    print(f"W4A16 vs FP8: not testable here ({e})")
+wbn.table(front, columns=[c for c in ("label", "weight_bytes", "kl_mean", "top1_agreement", "mmlu_acc") if c in front])
+
+# %% [markdown]
 # ## Speed on the engine
 # Every point runs on the engine on the model's device: decode time per token at batch 1 and 8, prefill time for
 # one prompt, and peak memory (measured on CUDA; on the CPU the footprint model: weights + KV cache). The
 # `route_table` column says which kernel ran each matmul at each row count (`Engine.route_table()`), `runtime`
-# summarises it. On the CPU the times are this process's CPU time (robust to other jobs on the machine). The
+# summarises it. The timed engines run in `cfg.speed_dtype` ("auto": bfloat16 on CUDA and on a CPU with native bf16,
+# where torch's CPU INT4 / INT8 kernels run; float32 elsewhere, where W4A16 / W8A16 run a dequantized copy and
+# cannot be faster). On the CPU the times are this process's CPU time (robust to other jobs on the machine). The
 # sentences below are computed from the timings: a difference smaller than the stated tolerance is not read.
 
 # %%

@@ -14,6 +14,7 @@ __all__ = [
     "plot_memory_vs_bits",
     "plot_metric_vs_bits",
     "plot_mmlu_vs_bits",
+    "plot_pareto",
     "plot_speed",
     "series_name",
 ]
@@ -89,6 +90,34 @@ def plot_metric_vs_bits(df: pd.DataFrame, metric: str = "kl_mean", log_y: bool |
     fig.update_layout(title=f"{metric} vs weight bits", xaxis_title=axis_title("w_bits"),
                       yaxis_title=axis_title(metric), yaxis_type="log" if log_y else "linear",
                       template="plotly_white", xaxis_dtick=1)
+    return readable_log_axes(fig)
+
+
+def plot_pareto(df: pd.DataFrame, front: pd.DataFrame, y: str = "kl_mean") -> go.Figure:
+    """Memory against quality for every quantized row, integer formats (RTN / AWQ / GPTQ) and float formats
+    (FP8, W8A8, NVFP4, MXFP4: rows with a ``format`` column set) as two marker series, and the front (``front``:
+    :func:`workbench.quant.floatverdict.pareto_front`, rows no other row beats on both) as a line. x: measured
+    weight bytes (MiB); y: ``y`` (log axis for KL; the FP row, at KL 0, is left off a log axis)."""
+    for c in ("weight_bytes", y, "label"):
+        if c not in df:
+            raise ValueError(f"plot_pareto: column {c!r} not in the DataFrame")
+    q = df[df["method"] != "fp"]
+    if q.empty:
+        return empty_figure("no quantized point to place", title="Memory vs quality")
+    is_float = q["format"].notna() if "format" in q else pd.Series(False, index=q.index)
+    fig = go.Figure()
+    for name, part, sym in (("integer (RTN / AWQ / GPTQ)", q[~is_float], "circle"),
+                            ("float / W8A8 formats", q[is_float], "diamond")):
+        if len(part):
+            fig.add_trace(go.Scatter(x=part["weight_bytes"] / 2**20, y=part[y], mode="markers", name=name,
+                                     marker={"symbol": sym, "size": 10}, text=part["label"],
+                                     hovertemplate="%{text}<br>%{x:,.0f} MiB<br>%{y:.4g}<extra></extra>"))
+    f = front[front["method"] != "fp"] if "method" in front else front
+    fig.add_trace(go.Scatter(x=f["weight_bytes"] / 2**20, y=f[y], mode="lines+text", name="front",
+                             text=f["label"], textposition="top right", line={"dash": "dot"}))
+    log_y = y.startswith("kl")
+    fig.update_layout(title="Memory vs quality: the front (lower-left is better)", xaxis_title="weight memory (MiB)",
+                      yaxis_title=axis_title(y), yaxis_type="log" if log_y else "linear", template="plotly_white")
     return readable_log_axes(fig)
 
 
