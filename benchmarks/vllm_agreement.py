@@ -5,13 +5,17 @@ and through the workbench's speculative loop on vLLM's schedule, for an n-gram d
 temperature 0 (per-prompt exact equality of the per-position accepted counts where the tokens agree) and
 above 0 (alpha / tau with 95% cluster-bootstrap intervals; agreement = the difference's interval holds 0).
 
-pd: see ``workbench/pd/vllm_fit.py`` (the serving simulator fitted to the vLLM server, against it).
+pd: a disaggregated prefill + decode pair with vLLM's ``ExampleConnector`` (the KV connector the CPU build can
+run: it writes each request's KV to a shared folder) on the offline ``LLM``: a producer instance prefills
+(``max_tokens=1``), a consumer instance decodes the same prompts; the consumer must load the prompts' KV
+(``num_cached_tokens``) and emit the colocated run's greedy tokens. The serving-simulator fit against the vLLM
+server (issue 44's TTFT / TPOT under Poisson load) is not in this script.
 
 Every raw file records date (UTC), device, git commit, the exact command and the timing floor where it holds
 timings. Default output: benchmarks/results/2026-12-06_vllm_agreement/.
 
     nice python benchmarks/vllm_agreement.py spec --n-prompts 8 --max-tokens 64 --k 3
-    nice python benchmarks/vllm_agreement.py pd
+    nice python benchmarks/vllm_agreement.py pd --n-prompts 4 --max-tokens 16
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ def record() -> dict:
     """Date, device, commit and command of this run (the header of every raw file)."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
                             cwd=Path(__file__).parent).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=False,
                            cwd=Path(__file__).parent).stdout.strip()
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": f"cpu: {cpu}, {os.cpu_count()} cores (shared)", "git_commit": commit + ("+dirty" if dirty else ""),
@@ -72,7 +76,6 @@ def spec(args) -> None:
             cfg = SpecConfig(k=args.k, temperature=temp, max_new_tokens=args.max_tokens, seed=args.seed)
             sc = draft.speculative_config(args.k) if name.startswith("ngram") else \
                 va.draft_speculative_config(str(DRAFT) if name == "layers-16" else name, args.k, temp)
-            t0 = time.time()
             out = va.run_vllm(va.vllm_request(str(MODEL), ps, cfg, sc))
             vl = va.vllm_frame(out, ps.prompt_id, args.k)
             t1 = time.time()
@@ -105,9 +108,43 @@ def spec(args) -> None:
 
 
 def pd_cmd(args) -> None:
-    from workbench.pd import vllm_fit
+    import tempfile
 
-    vllm_fit.main(args, record())
+    from transformers import AutoTokenizer
+
+    from workbench.data import load_prompts
+    from workbench.spec import SpecConfig, encode_prompts
+    from workbench.spec import vllm_agreement as va
+
+    tok = AutoTokenizer.from_pretrained(str(MODEL))
+    prompts = encode_prompts(tok, load_prompts("spec-bench", n=args.n_prompts, seed=0), max_prompt_tokens=128)
+    store = Path(tempfile.mkdtemp(prefix="wb_kv_"))
+    conn = {"kv_connector": "ExampleConnector", "kv_connector_extra_config": {"shared_storage_path": str(store)}}
+    runs, errors = {}, {}
+    for name, role, n in (("colocated", None, args.max_tokens), ("prefill", "kv_producer", 1),
+                          ("decode", "kv_consumer", args.max_tokens)):
+        req = va.vllm_request(str(MODEL), prompts, SpecConfig(max_new_tokens=n), None)
+        if role:
+            req["llm_kwargs"] = {"kv_transfer_config": {**conn, "kv_role": role}, "enable_prefix_caching": False}
+        try:
+            runs[name] = va.run_vllm(req)
+        except RuntimeError as e:
+            errors[name] = str(e)[-2500:]
+            break
+    res = {**record(), "what": "disaggregated prefill + decode through vLLM's ExampleConnector (CPU build)",
+           "connector": conn, "n_prompts": len(prompts), "prompt_tokens": prompts.n_prompt.tolist(),
+           "errors": errors, "timing_floor": "not a timing study (wall times of whole processes only)",
+           "seconds": {k: v["wall_s"] for k, v in runs.items()}}
+    if {"colocated", "decode"} <= runs.keys():
+        co, de = runs["colocated"]["outputs"], runs["decode"]["outputs"]
+        res["same_tokens"] = [a["token_ids"] == b["token_ids"] for a, b in zip(co, de)]
+        res["decode_num_cached_tokens"] = [b["num_cached_tokens"] for b in de]
+        res["colocated_num_cached_tokens"] = [a["num_cached_tokens"] for a in co]
+        res["works"] = all(res["same_tokens"]) and all((c or 0) > 0 for c in res["decode_num_cached_tokens"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "pd_connector.json"
+    path.write_text(json.dumps(res, indent=1, default=str))
+    print(path, {k: res.get(k) for k in ("works", "same_tokens", "decode_num_cached_tokens", "errors")})
 
 
 def main() -> None:
@@ -126,7 +163,8 @@ def main() -> None:
     s.add_argument("--out", type=Path, default=OUT)
     p = sub.add_parser("pd", help="serving simulator fitted to the vLLM server, against it")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--quick", action="store_true", help="short loads (a smoke run of the script)")
+    p.add_argument("--n-prompts", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=16)
     args = ap.parse_args()
     spec(args) if args.cmd == "spec" else pd_cmd(args)
 

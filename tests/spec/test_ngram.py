@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from workbench.spec import speculative_generate
+from workbench.spec.config import SpecConfig
 from workbench.spec.drafts import make_draft
 from workbench.spec.generate import autoregressive_generate
 from workbench.spec.ngram import NgramProposer, greedy_proposer_counts, ngram_propose, proposer_generate
-from workbench.spec.config import SpecConfig
 
 
 @pytest.mark.parametrize("context,k,lo,hi,max_len,expected", [

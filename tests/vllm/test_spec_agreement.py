@@ -48,7 +48,7 @@ def test_ngram_rule_equals_vllm_function(tmp_path):
         cases.append([ctx, lo, lo + int(rng.integers(0, 3)), len(ctx) + int(rng.integers(0, 8)), int(rng.integers(1, 6))])
     (tmp_path / "c.json").write_text(json.dumps(cases))
     (tmp_path / "s.py").write_text(_VLLM_NGRAM)
-    out = subprocess.run([str(PY), str(tmp_path / "s.py"), str(tmp_path / "c.json")], capture_output=True, text=True,
+    out = subprocess.run([str(PY), str(tmp_path / "s.py"), str(tmp_path / "c.json")], capture_output=True, text=True, check=False,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     theirs = json.loads(out.stdout.strip().splitlines()[-1])

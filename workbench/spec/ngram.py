@@ -66,7 +66,7 @@ def ngram_propose(context: Sequence[int], k: int, prompt_lookup_min: int = DEFAU
         return []
     for n in range(min(prompt_lookup_max, total - 1), prompt_lookup_min - 1, -1):
         suffix = toks[total - n:]
-        for s in range(0, total - n):  # earliest first; s = total - n would be the suffix itself
+        for s in range(total - n):  # earliest first; s = total - n would be the suffix itself
             if toks[s: s + n] == suffix:
                 start = s + n
                 return toks[start: start + min(k, total - start)]

@@ -63,7 +63,7 @@ def run_vllm(request: dict, *, timeout: float = 1800, python: Path | None = None
         src, dst = Path(d) / "in.json", Path(d) / "out.json"
         src.write_text(json.dumps(request))
         t0 = time.time()
-        proc = subprocess.run([str(py), str(WORKER), str(src), str(dst)], capture_output=True, text=True,
+        proc = subprocess.run([str(py), str(WORKER), str(src), str(dst)], capture_output=True, text=True, check=False,
                               timeout=timeout, cwd=d)
         if proc.returncode or not dst.exists():
             raise RuntimeError(f"vLLM worker failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")

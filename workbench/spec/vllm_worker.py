@@ -35,7 +35,8 @@ def main(argv) -> None:
     from vllm import LLM, SamplingParams, __version__
     from vllm.inputs import TokensPrompt
 
-    spec = json.loads(open(argv[1]).read())
+    with open(argv[1]) as f:
+        spec = json.load(f)
     t0 = time.time()
     kwargs = dict(model=spec["model"], dtype=spec.get("dtype", "bfloat16"), enforce_eager=True,
                   max_model_len=spec.get("max_model_len", 2048), seed=spec.get("seed", 0),
@@ -57,7 +58,8 @@ def main(argv) -> None:
         c = o.outputs[0]
         sdm = c.spec_decode_metrics.to_dict() if getattr(c, "spec_decode_metrics", None) is not None else None
         rows.append({"prompt_ids": list(o.prompt_token_ids), "token_ids": list(c.token_ids),
-                     "finish_reason": c.finish_reason, "spec_decode_metrics": sdm})
+                     "finish_reason": c.finish_reason, "spec_decode_metrics": sdm,
+                     "num_cached_tokens": getattr(o, "num_cached_tokens", None)})
     res = {"vllm_version": __version__, "load_s": load_s, "generate_s": gen_s, "outputs": rows,
            "metrics": _metrics(llm), "llm_kwargs": {k: v for k, v in kwargs.items() if k != "model"},
            "model": spec["model"]}
