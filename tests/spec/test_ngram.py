@@ -222,3 +222,18 @@ def test_run_spec_takes_the_ngram_draft():
     df = run_spec(_PositionRunner(), {"ngram-1-3": NgramProposer(1, 3)}, prompts, SpecConfig(k=3, max_new_tokens=24))
     assert len(df) == 2 and set(df.loop) == {"proposer"} and set(df.draft_runner) == {"proposer"}
     assert df.alpha_pred.isna().all() and (df.num_drafts > 0).all() and (df.n_new == 24).all()
+
+
+def test_sweep_takes_the_ngram_draft(tmp_path):
+    """run_spec_sweep keys an n-gram point by its draft_key, stores it and resumes it (the second call reads
+    the stored row)."""
+    import pandas as pd
+
+    from workbench.spec import run_spec_sweep
+
+    prompts = pd.DataFrame({"prompt_id": [0], "category": ["a"], "prompt_ids": [[0, 1, 2, 3, 0, 1]]})
+    drafts = {"ngram-1-3": make_draft(torch.nn.Linear(1, 1), "ngram-1-3")}
+    kw = {"name": "ng", "root": tmp_path, "prompts_per_point": 1}
+    df = run_spec_sweep(_PositionRunner(), drafts, prompts, [SpecConfig(k=2, max_new_tokens=12)], **kw)
+    again = run_spec_sweep(_PositionRunner(), drafts, prompts, [SpecConfig(k=2, max_new_tokens=12)], **kw)
+    assert len(df) == len(again) == 1 and df.num_drafts.iloc[0] == again.num_drafts.iloc[0] > 0
