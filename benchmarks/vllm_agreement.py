@@ -35,16 +35,21 @@ MODEL = Path.home() / ".cache" / "workbench" / "models" / "smollm2-135m"
 DRAFT = Path.home() / ".cache" / "workbench" / "drafts" / "smollm2-135m-layers-16-bfloat16"
 
 
+_START: dict = {}
+
+
 def record() -> dict:
-    """Date, device, commit and command of this run (the header of every raw file)."""
+    """Date, device, commit and command of this run (the header of every raw file); the commit is the one
+    checked out when the run started (cached on the first call), the date is the file's."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
                             cwd=Path(__file__).parent).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=False,
                            cwd=Path(__file__).parent).stdout.strip()
+    _START.setdefault("git_commit", commit + ("+dirty" if dirty else ""))
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": f"cpu: {cpu}, {os.cpu_count()} cores (shared)", "git_commit": commit + ("+dirty" if dirty else ""),
+            "device": f"cpu: {cpu}, {os.cpu_count()} cores (shared)", "git_commit": _START["git_commit"],
             "command": " ".join([Path(sys.executable).name, *sys.argv]), "python": platform.python_version()}
 
 
@@ -166,6 +171,7 @@ def main() -> None:
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=16)
     args = ap.parse_args()
+    record()  # fixes the commit this run starts from
     spec(args) if args.cmd == "spec" else pd_cmd(args)
 
 
