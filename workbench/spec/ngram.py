@@ -127,15 +127,18 @@ def proposer_generate(target, proposer, prompt_ids, config: SpecConfig, *, gener
     draft counted even where ``max_new_tokens`` cuts the emitted tokens (vLLM counts the verify output
     before its stop check). Raises ``ValueError`` as :func:`speculative_generate` does.
     """
-    from workbench.spec.generate import _prompt_list, _stop_index, _timed, as_runner
+    from workbench.engine.hf_runner import HFRunner  # (not generate.as_runner: generate imports this module)
 
-    cfg, runner = config, as_runner(target)
-    prompt, stop = _prompt_list(prompt_ids), set(stop_token_ids)
+    cfg, runner = config, target if not isinstance(target, torch.nn.Module) else HFRunner(target)
+    prompt, stop = [int(t) for t in torch.as_tensor(prompt_ids).reshape(-1).tolist()], set(stop_token_ids)
+    if not prompt:
+        raise ValueError("prompt_ids is empty; pass at least one token (e.g. the BOS token)")
     seq, stats = list(prompt), SpecDecodingStats()
     runner.reset()
     t0 = clock()
     logits = runner.extend(torch.tensor(prompt))[-1:]  # [1, V]: the prefill step
-    prefill_s = _timed(runner, t0, clock)
+    runner.synchronize()
+    prefill_s = clock() - t0
     gen = make_generator(generator, cfg.seed, logits.device)
     t_start, step_times = clock(), []
     seq.append(int(sample(probs_from_logits(logits[0], cfg.temperature, cfg.top_p), gen)))
@@ -153,9 +156,10 @@ def proposer_generate(target, proposer, prompt_ids, config: SpecConfig, *, gener
             n, emitted = int(n_acc[0]), out[0, : int(n_acc[0]) + 1].tolist()
         else:
             n, emitted = 0, [int(sample(ps[0], gen))]
-        target_s = _timed(runner, t0, clock)
+        runner.synchronize()
+        target_s = clock() - t0
         emitted = emitted[: cfg.max_new_tokens - (len(seq) - len(prompt))]
-        cut = _stop_index(emitted, stop)
+        cut = next((i for i, t in enumerate(emitted) if t in stop), None)
         seq += emitted if cut is None else emitted[: cut + 1]
         runner.truncate(len(seq) - 1)  # KV rollback: committed tokens minus the newest one
         if m:
