@@ -8,6 +8,8 @@ Names (``make_draft``):
 * ``"layers-N"``: the target's first N decoder layers plus its final norm and head (weights shared,
   no copy): a cheap draft that rejects often (used by the tests).
 * ``"distilled"``: :func:`workbench.spec.distill.distill_draft` with ``distill_kwargs``.
+* ``"ngram"`` / ``"ngram-MIN-MAX"``: no model, an :class:`workbench.spec.ngram.NgramProposer` (prompt
+  lookup with vLLM's rule; ``prompt_lookup_min`` / ``_max`` = MIN / MAX, default vLLM's 5 / 5).
 * anything else: a hub id or local path loaded with ``workbench.models.load_model``; its tokenizer
   must match the target's (``check_tokenizers_match`` raises ``TokenizerMismatchError``).
 """
@@ -85,9 +87,18 @@ def make_draft(target: torch.nn.Module, name: str, tokenizer=None, *, group_size
         draft, curve = distill_draft(target, **(distill_kwargs or {}))
         return draft, {"draft": "distilled", "draft_kind": "distilled", "curve": curve,
                        "draft_key": dict(draft.workbench_provenance)}
-    if name_l.startswith(("int", "layers", "distil")):
+    m = re.fullmatch(r"ngram(?:-(\d+)-(\d+))?", name_l)
+    if m:
+        from workbench.spec.ngram import NgramProposer
+
+        prop = NgramProposer(*(int(g) for g in m.groups())) if m.group(1) else NgramProposer()
+        key = {"draft": name_l, "prompt_lookup_min": prop.prompt_lookup_min,
+               "prompt_lookup_max": prop.prompt_lookup_max}
+        return prop, {"draft": name_l, "draft_kind": "ngram", "draft_key": key}
+    if name_l.startswith(("int", "layers", "distil", "ngram")):
         raise ValueError(f"draft {name!r} is not a built-in draft; use one of {sorted(QUANT_DRAFTS)}, "
-                         "'layers-N', 'distilled' or a model id." + did_you_mean(name_l, [*QUANT_DRAFTS, "distilled"]))
+                         "'layers-N', 'distilled', 'ngram', 'ngram-MIN-MAX' or a model id."
+                         + did_you_mean(name_l, [*QUANT_DRAFTS, "distilled", "ngram"]))
 
     device = next(target.parameters()).device
     draft, d_tok = load_model(name, dtype=next(target.parameters()).dtype, device=str(device))

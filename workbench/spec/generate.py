@@ -128,7 +128,9 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
                          loop: str = "auto") -> GenerationResult:
     """Speculative decoding (Leviathan et al. 2023, Algorithm 1) with KV caches kept for both models.
 
-    ``target``, ``draft``: Runners (or modules, wrapped in ``HFRunner``) over one vocabulary;
+    ``target``, ``draft``: Runners (or modules, wrapped in ``HFRunner``) over one vocabulary; a ``draft``
+    with a ``propose(context, k)`` method (:class:`workbench.spec.ngram.NgramProposer`) runs
+    :func:`workbench.spec.ngram.proposer_generate` instead (vLLM's schedule; ``result.loop="proposer"``);
     ``prompt_ids``: ``[T]`` int64. ``config`` (if given) replaces the keyword settings. ``loop``:
     ``"auto"`` | ``"reference"`` | ``"device"`` (module docstring); ``result.loop`` says which ran.
 
@@ -146,6 +148,11 @@ def speculative_generate(target, draft, prompt_ids, k: int = 4, temperature: flo
     """
     cfg = _config(config, k=k, temperature=temperature, top_p=top_p, policy=policy,
                   max_new_tokens=max_new_tokens, seed=seed, k_max=max(16, k))
+    if callable(getattr(draft, "propose", None)):  # a token proposer (n-gram): vLLM's schedule, its own loop
+        from workbench.spec.ngram import proposer_generate
+
+        return proposer_generate(target, draft, prompt_ids, cfg, generator=generator,
+                                 stop_token_ids=stop_token_ids, clock=clock)
     t_run, d_run = as_runner(target), as_runner(draft)
     if t_run.vocab_size != d_run.vocab_size:
         raise ValueError(f"target vocab_size {t_run.vocab_size} != draft vocab_size {d_run.vocab_size}: "

@@ -70,6 +70,9 @@ class SpecCache:
 
     def align(self, name: str, d_run, prompt_id, prompt_ids, base, cfg: SpecConfig) -> dict:
         key = (name, prompt_id, tuple(prompt_ids), sampling_key(cfg))
+        if key not in self.alignment and callable(getattr(d_run, "propose", None)):  # n-gram: no distribution
+            self.alignment[key] = {"kl_pq": float("nan"), "kl_qp": float("nan"), "tv": float("nan"),
+                                   "alpha_pred": float("nan"), "n_align": 0}
         if key not in self.alignment:
             q_logits = score_positions(d_run, prompt_ids, base.tokens)
             al = alignment_metrics(base.logits, q_logits, cfg.temperature, cfg.top_p)
@@ -127,6 +130,8 @@ def engine_runner(model: torch.nn.Module, max_seq: int, *, required: bool = Fals
 def runner_kind(runner) -> str:
     """``"engine"`` (a :class:`SlotRunner`), ``"hf"`` (:class:`HFRunner`) or the runner's class name:
     the ``target_runner`` / ``draft_runner`` columns of :func:`run_spec`."""
+    if callable(getattr(runner, "propose", None)):
+        return "proposer"
     return "engine" if isinstance(runner, SlotRunner) else "hf" if isinstance(runner, HFRunner) else type(runner).__name__
 
 

@@ -123,8 +123,8 @@ def run(config: Config, *, model, data: Data | None = None, engine="workbench", 
     distill_kw = {"steps": g.distill_steps, "tokenizer": tok, "text": data.distill_text, "seed": g.seed,
                   "eval_every": max(1, g.distill_steps // 10)}
     built = {n: make_draft(target, n, tok, distill_kwargs=distill_kw) for n in g.drafts}
-    prov = provenance({"target": target, **{n: d for n, (d, _) in built.items() if d is not None}}, config, backend,
-                      data=prompts_identity(prompts))
+    prov = provenance({"target": target, **{n: d for n, (d, _) in built.items() if hasattr(d, "state_dict")}},
+                      config, backend, data=prompts_identity(prompts))  # an n-gram draft has no weights
     name = slug(f"spec_{_name(target)}_{config.grid}")
     if backend.in_process:
         clock = clock_for(target.device)[0]
