@@ -128,3 +128,25 @@ wbn.table(sel.sort_values(["rate", "label"]), columns=["label", "rate", "goodput
 
 # %%
 display(policy_explorer(summary, quantiles, slo, rate=r0, link_gbs=base.link_gbs))
+
+# %% [markdown]
+# ## 4 · Predicted for hardware that is not here (AIConfigurator)
+# The projection above comes from the roofline of `PRESET_HW`. NVIDIA's AIConfigurator ships kernel tables measured
+# on real systems in vLLM / SGLang / TRT-LLM; `pd_study.predictions` asks it about the same model, SLO and (median)
+# request lengths on 2 GPUs, aggregated and disaggregated (the P:D split it would pick). Pick a system: its rows sit
+# beside this study's simulated capacity. These are **predictions** from another tool's tables, not measurements;
+# `benchmarks/results/2026-12-06_predict/` compares them with the workbench's own measurements on an H100.
+
+# %%
+from workbench.predict import INSTALL_HINT, available
+
+if available():
+    systems = pd_study.PREDICT_SYSTEMS[:1] if cfg.size == "smoke" else pd_study.PREDICT_SYSTEMS
+    pred = pd_study.predictions(cfg, res, systems)
+    cols = ["label", "mode", "chosen", "isl", "osl", "ttft_ms", "tpot_ms", "goodput_rps", "tokens_per_s_per_gpu",
+            "pd_ratio", "note"]
+    display(wbn.panel(lambda system: wbn.table(pred[pred["system"] == system], columns=cols),
+                      {"system": wbn.widgets.Dropdown(options=list(systems), description="system")}, vary="system"))
+    display(wbn.table(res.capacity))
+else:
+    print(f"not testable here: AIConfigurator is not installed ({INSTALL_HINT})")

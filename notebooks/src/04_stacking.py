@@ -97,6 +97,28 @@ tm = res.timing
  print(f"no timing shape on {model.device} (a GPU with >= 40 GiB runs random:qwen2-7b here)"))
 
 # %% [markdown]
+# ### Measured here beside predicted elsewhere (AIConfigurator)
+# Batch-1 decode tokens/s that NVIDIA's AIConfigurator predicts for Qwen2-7B in vLLM on other systems, from its
+# measured kernel tables (**predictions**, labelled so), beside the base and W4A16 rows measured above: on the 7B
+# timing shape where it ran (same architecture, random weights), else on this notebook's model (a different model:
+# read the bars as orders of magnitude only).
+
+# %%
+from workbench.predict import INSTALL_HINT, available, batch1_table, plot_batch1
+from workbench.studies.pd import PREDICT_SYSTEMS
+
+t = (tm if tm is not None else st).table
+m = t[~t["speculative"] & ~t["disaggregated"] & ~t["mixed"]]
+measured = pd.DataFrame({"technique": m["quantized"].map({False: "16-bit baseline", True: "INT4 weight-only (W4A16)"}),
+                         "tokens_per_s": m["decode_tok_s"],
+                         "label": f"measured here ({cfg.timing_shape if tm is not None else MODEL}, {model.device})"})
+if available():
+    b1 = batch1_table("qwen2-7b", PREDICT_SYSTEMS[:1] if cfg.size == "smoke" else PREDICT_SYSTEMS, "vllm")
+    plot_batch1(b1, measured).show()
+else:
+    print(f"not testable here: AIConfigurator is not installed ({INSTALL_HINT})")
+
+# %% [markdown]
 # ## 3 · KV cache: FP8 and INT8 against the full-precision cache, by context position
 #
 # Teacher-forced WikiText-2, prefilled in chunks; every position's next-token distribution is compared with the
@@ -120,7 +142,7 @@ wbn.table(res.kv) if res.kv is not None else "random weights: no KV-cache fideli
 
 # %%
 with pd.option_context("display.max_colwidth", 400):
-    display(res.ledger[["id", "claim", "claimed", "measured", "verdict", "why"]])
+    display(res.ledger[[c for c in ("id", "claim", "claimed", "measured", "verdict", "basis", "why") if c in res.ledger]])
 
 # %% [markdown]
 # ## 5 · Sliders

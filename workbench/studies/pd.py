@@ -24,7 +24,10 @@ import pandas as pd
 from workbench.studies.base import as_model, check_size, presets, provenance, resolve_store, slug
 from workbench.studies.engines import resolve_engine
 
-__all__ = ["Config", "Result", "run"]
+__all__ = ["PREDICT_SYSTEMS", "Config", "Result", "predictions", "run"]
+
+# the systems notebook 03 asks AIConfigurator about by default (workbench.predict.systems() lists them all)
+PREDICT_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "l40s")
 
 
 @dataclass(frozen=True)
@@ -216,3 +219,28 @@ def _name(model) -> str:
     from workbench.studies.mmlu import _model_name
 
     return _model_name(model)
+
+
+def predictions(config: Config, res, systems=PREDICT_SYSTEMS, *, engine: str = "vllm", total_gpus: int = 2,
+                seed: int = 0) -> pd.DataFrame:
+    """AIConfigurator's estimate for the study's projected model (``config.preset_model``) under the study's SLO,
+    for each of ``systems`` in ``engine`` (:func:`workbench.predict.serving_table`: aggregated and disaggregated,
+    TTFT, TPOT, goodput, the P:D split it would pick), at the median prompt and output lengths of the study's first
+    workload (AIConfigurator models fixed lengths; the medians are in the ``isl`` / ``osl`` columns), on
+    ``total_gpus`` GPUs like the simulated deployments. Every row is labelled "predicted for <system> in
+    <engine>": a prediction from measured kernel tables, not a measurement here.
+
+    Raises :class:`workbench.predict.PredictUnavailableError` (with the install command) without AIConfigurator,
+    ``ValueError`` for a model or system it does not support."""
+    import numpy as np
+
+    from workbench.pd import SLO
+    from workbench.predict import serving_table
+
+    wl = next(iter(res.projection["workloads"].values()))
+    rng = np.random.default_rng(seed)
+    isl = int(np.median(wl.prompt.sample(rng, 2000)))
+    osl = int(np.median(wl.output.sample(rng, 2000)))
+    df = serving_table(config.preset_model, list(systems), engine, slo=SLO(config.slo_ttft_ms, config.slo_tpot_ms),
+                       isl=isl, osl=osl, total_gpus=total_gpus)
+    return df.assign(isl=isl, osl=osl)

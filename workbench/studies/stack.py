@@ -226,8 +226,17 @@ def _ledger(target, tok, config: Config, res, kv, text: str, store, dev: str, tr
         spec_costs=spec_cost_evidence(res.points), kv=kv_evidence(kv) if kv is not None else None,
         quant=quant_evidence(qrows) if qrows is not None else None,
         long_prompt=long_prompt_evidence(res.points, cfg, res.mem_gb), pd16=pd16_evidence(res.points, cfg, res.mem_gb),
-        vllm_flags=vllm_flags_evidence(), seed=config.seed)
+        vllm_flags=vllm_flags_evidence(), predictions=_predictions(), seed=config.seed)
     return ev, evaluate(ev)
+
+
+def _predictions():
+    """AIConfigurator's predictions for the claims made on hardware that is not here (claim 1: an RTX 4090, with
+    the L40S's tables standing in), labelled as predictions in the ledger; None without AIConfigurator (those
+    claims then say "not testable here")."""
+    from workbench.predict import available, claim_predictions
+
+    return claim_predictions() if available() else None
 
 
 def _name(model) -> str:
