@@ -23,11 +23,11 @@ import re
 from pathlib import Path
 
 import torch
+from workbench.quant.speed import SpeedConfig
 
 from benchmarks.common import environment
 from workbench.models import is_random, load_model
 from workbench.quant import GRIDS, quant_grid, run_quant_speed, run_quant_sweep
-from workbench.quant.speed import SpeedConfig
 from workbench.results import results_dir
 
 

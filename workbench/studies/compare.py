@@ -53,5 +53,5 @@ def paired_difference(a: pd.Series, b: pd.Series, level: float = 0.95) -> dict:
     if not len(d):
         return {"n": 0, "mean_diff": np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "agree": np.nan}
     lo, hi = t_interval(d, level)
-    return {"n": int(len(d)), "mean_diff": float(d.mean()), "ci_lo": lo, "ci_hi": hi,
+    return {"n": len(d), "mean_diff": float(d.mean()), "ci_lo": lo, "ci_hi": hi,
             "agree": float(np.mean(d == 0))}
