@@ -257,7 +257,7 @@ def bench_serve(server: VllmServer, out_dir: str | Path, *, num_prompts: int = 2
     when the benchmark fails."""
     from workbench.bridges.vllm_metrics import BENCH_SERVE_ARGS
 
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # vLLM runs in a temporary folder: a relative path would land there
     out_dir.mkdir(parents=True, exist_ok=True)
     args = ["bench", "serve", "--backend", "vllm", "--base-url", server.url, "--model", server.served_name(),
             "--tokenizer", server.model, "--dataset-name", "random", "--random-input-len", input_len,
@@ -270,7 +270,8 @@ def bench_serve(server: VllmServer, out_dir: str | Path, *, num_prompts: int = 2
                          env=vllm_env(server.env), cwd=tempfile.gettempdir())
     path = out_dir / filename
     if out.returncode != 0 or not path.exists():
-        raise RuntimeError(f"vllm bench serve failed (status {out.returncode}):\n{_errors(out.stdout + out.stderr)}")
+        raise RuntimeError(f"vllm bench serve failed (status {out.returncode}, {path} "
+                           f"{'written' if path.exists() else 'missing'}):\n{_errors(out.stdout + out.stderr)}")
     return path
 
 
