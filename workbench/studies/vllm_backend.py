@@ -1,0 +1,290 @@
+"""vLLM as a study's engine (``engine="vllm"``): out of process, through ``.venv-vllm``
+(:mod:`workbench.bridges.vllm_process`). The workbench never imports vllm.
+
+:class:`VLLMEngine` is the backend :func:`workbench.studies.engines.resolve_engine` returns for ``"vllm"``. It
+holds the vLLM flags every run uses (``dtype``, ``max_model_len``, eager mode, and the parallel layout:
+``tensor_parallel_size``, ``pipeline_parallel_size``, ``distributed_executor_backend`` -- ``"ray"`` across
+nodes), passes them to every server and ``vllm.LLM`` it starts, and records them in :meth:`provenance` (so a point
+is keyed by the vLLM version and flags that produced it). The methods the studies call:
+
+* :meth:`score_mmlu` -- MMLU by prompt log-probs: the same lm-eval token pairs the workbench scorer builds
+  (:func:`workbench.eval.mmlu_tokens.tokenize_mmlu`), each choice's continuation log-likelihood summed from
+  vLLM's ``prompt_logprobs``; rows in :func:`workbench.eval.mmlu.run_mmlu`'s columns;
+* :meth:`run_quant` -- each quantization point exported as a compressed-tensors checkpoint
+  (:func:`workbench.bridges.export_compressed_tensors`), served, and timed by ``vllm bench serve`` at batch 1
+  (``--max-concurrency 1``) and under Poisson load: TTFT / TPOT / ITL in :func:`read_bench_serve`'s columns;
+* :meth:`spec_counters` / :meth:`run_spec` -- vLLM's speculative-decoding counters (``num_drafts,
+  num_draft_tokens, num_accepted_tokens``, per position) for n-gram drafting and for a draft model, from
+  ``LLM.get_metrics()``; ``tau``, ``draft_acceptance_rate`` and ``alpha`` as
+  :func:`workbench.bridges.vllm_metrics.read_spec_metrics` defines them.
+
+Not here: :meth:`run_stack` and :meth:`run_pd` raise ``NotImplementedError`` naming why.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["VLLMEngine", "model_folder"]
+
+EXECUTORS = (None, "mp", "ray", "uni", "external_launcher")  # vLLM ParallelConfig.distributed_executor_backend
+
+
+def model_folder(model, tok=None, out: str | Path | None = None) -> str:
+    """A folder vLLM can load for ``model``: a hub id or folder string as is; a loaded HF model's own folder
+    (``name_or_path``) when it exists on disk, else the model and ``tok`` saved to ``out`` (a temporary folder
+    when ``None``). Raises ``TypeError`` for anything else."""
+    if isinstance(model, (str, Path)):
+        return str(model)
+    src = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
+    if src and (Path(src) / "config.json").exists():
+        return str(src)
+    if not hasattr(model, "save_pretrained"):
+        raise TypeError(f"model={type(model).__name__}: pass a hub id, a model folder or an HF model")
+    out = Path(out or tempfile.mkdtemp(prefix="wb-vllm-model-"))
+    model.save_pretrained(out)
+    if tok is not None:
+        tok.save_pretrained(out)
+    return str(out)
+
+
+@dataclass(frozen=True)
+class VLLMEngine:
+    """The vLLM backend (module docstring). Raises ``ValueError`` naming the field on bad values."""
+
+    dtype: str = "bfloat16"  # vLLM --dtype (the CPU build runs bfloat16 or float32)
+    max_model_len: int = 2048  # tokens per sequence; bounds the KV cache vLLM reserves
+    enforce_eager: bool = True  # no torch.compile / CUDA graphs: faster start-up, as on the CPU build
+    tensor_parallel_size: int = 1  # GPUs per model replica, splitting each layer (8 for a 70B on 8 GPUs)
+    pipeline_parallel_size: int = 1  # stages of consecutive layers (nodes, across machines)
+    distributed_executor_backend: str | None = None  # None: vLLM's choice ("mp" on one host); "ray" across nodes
+    extra_args: tuple = ()  # more `vllm serve` flags, passed through
+    venv: str | None = None  # the vLLM environment (None: workbench.bridges.vllm_process.vllm_venv())
+    name: str = field(default="vllm", init=False)
+    in_process: bool = field(default=False, init=False)
+
+    def __post_init__(self):
+        for f in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"VLLMEngine.{f}={v!r} must be an integer >= 1")
+        if self.distributed_executor_backend not in EXECUTORS:
+            raise ValueError(f"VLLMEngine.distributed_executor_backend={self.distributed_executor_backend!r}: one of "
+                             f"{EXECUTORS} (vLLM ParallelConfig; 'ray' spans nodes)")
+        object.__setattr__(self, "extra_args", tuple(str(a) for a in self.extra_args))
+
+    # -- what identifies a run -----------------------------------------------------------------------
+    def available(self) -> tuple[bool, str]:
+        """Whether ``.venv-vllm`` is usable, and if not why (naming ``make setup-vllm``)."""
+        from workbench.bridges.vllm_process import vllm_available
+
+        return vllm_available(self.venv)
+
+    def serve_args(self) -> list[str]:
+        """The flags every ``vllm serve`` of this backend gets (after the model)."""
+        a = ["--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+        a += ["--enforce-eager"] if self.enforce_eager else []
+        if self.tensor_parallel_size > 1:
+            a += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.pipeline_parallel_size > 1:
+            a += ["--pipeline-parallel-size", str(self.pipeline_parallel_size)]
+        if self.distributed_executor_backend:
+            a += ["--distributed-executor-backend", self.distributed_executor_backend]
+        return a + list(self.extra_args)
+
+    def llm_kwargs(self, model: str, **more) -> dict:
+        """``vllm.LLM(**kwargs)`` with the same settings as :meth:`serve_args` (``extra_args`` excepted)."""
+        kw = {"model": model, "dtype": self.dtype, "max_model_len": self.max_model_len,
+              "enforce_eager": self.enforce_eager, "tensor_parallel_size": self.tensor_parallel_size,
+              "pipeline_parallel_size": self.pipeline_parallel_size}
+        if self.distributed_executor_backend:
+            kw["distributed_executor_backend"] = self.distributed_executor_backend
+        return kw | more
+
+    def provenance(self) -> dict:
+        """``name``, the installed vLLM distribution and version, and every flag (part of each point's key)."""
+        from workbench.bridges.vllm_process import vllm_available, vllm_version
+
+        ok, _ = vllm_available(self.venv)
+        return {"name": self.name, "vllm": vllm_version(self.venv) if ok else "not installed",
+                "serve_args": self.serve_args(), "tensor_parallel_size": self.tensor_parallel_size,
+                "pipeline_parallel_size": self.pipeline_parallel_size,
+                "distributed_executor_backend": self.distributed_executor_backend}
+
+    # -- MMLU --------------------------------------------------------------------------------------------
+    def score_mmlu(self, model, tok, questions: pd.DataFrame, dev: pd.DataFrame, n_shot: int = 0, *,
+                   formulation: str = "mmlu", **_) -> pd.DataFrame:
+        """MMLU on vLLM by prompt log-probs, rows as :func:`workbench.eval.mmlu.run_mmlu` (``qid, subject,
+        answer, pred, correct, pred_norm, correct_norm, logprob_A..D`` in nats, ``n_tokens``...) plus
+        ``is_greedy_A..D`` (every continuation token vLLM's argmax, lm-eval's ``is_greedy``).
+
+        ``model``: a folder / hub id or a loaded HF model (:func:`model_folder`); ``tok``: its tokenizer, which
+        builds lm-eval's token pairs here, so vLLM scores exactly the workbench scorer's tokens. Raises
+        ``RuntimeError`` with vLLM's error lines when the job fails."""
+        import time
+
+        from workbench.bridges.vllm_process import run_worker
+        from workbench.eval.mmlu import LETTERS, MMLUConfig, build_prompts
+        from workbench.eval.mmlu_tokens import tokenize_mmlu
+
+        t0 = time.perf_counter()
+        MMLUConfig(formulation=formulation, n_shot=n_shot)  # validates
+        if "qid" not in questions:
+            questions = questions.assign(qid=questions["subject"] + "/"
+                                         + questions.groupby("subject").cumcount().astype(str))
+        p = build_prompts(questions, dev, n_shot, formulation)
+        req = tokenize_mmlu(tok, p["prefix"], p["subject"], p["text"], p["choices"], reuse_prefix=False)
+        n, c = len(req), len(req.cont_ids[0])
+        jobs = [{"ids": list(req.ctx_ids[i]) + list(k), "n_cont": len(k)} for i in range(n) for k in req.cont_ids[i]]
+        longest = max(len(j["ids"]) for j in jobs)
+        res = run_worker({"task": "prompt_logprobs", "requests": jobs,
+                          "llm": self.llm_kwargs(model_folder(model, tok), max_model_len=max(self.max_model_len,
+                                                                                             longest + 1))},
+                         venv=self.venv)
+        ll = np.asarray(res["logprob"], np.float64).reshape(n, c)  # [question, choice] nats
+        greedy = np.asarray(res["is_greedy"], bool).reshape(n, c)
+        answer = questions["answer"].to_numpy().astype(int)
+        pred, pred_norm = ll.argmax(1), (ll / req.choice_chars).argmax(1)  # first maximum on ties, as lm-eval
+        out = pd.DataFrame({"qid": questions["qid"].to_numpy(), "subject": questions["subject"].to_numpy(),
+                            "answer": answer, "pred": pred, "correct": pred == answer, "pred_norm": pred_norm,
+                            "correct_norm": pred_norm == answer})
+        for i, letter in enumerate(LETTERS[:c]):
+            out[f"logprob_{letter}"] = ll[:, i]
+        for i, letter in enumerate(LETTERS[:c]):
+            out[f"is_greedy_{letter}"] = greedy[:, i]
+        out["n_tokens"] = req.n_context
+        return out.assign(n_shot=n_shot, formulation=formulation, backend="vllm", vllm_load_s=res["load_s"],
+                          vllm_run_s=res["run_s"], wall_s=time.perf_counter() - t0)
+
+    # -- quantization: serve each export, time it ----------------------------------------------------
+    def time_served(self, folder: str, out_dir: str | Path, *, input_len: int = 128, output_len: int = 32,
+                    n_batch1: int = 8, n_load: int = 32, load_rps: float = 4.0, server_args=()) -> pd.DataFrame:
+        """Serve ``folder`` and run ``vllm bench serve`` twice: batch 1 (``--max-concurrency 1``, ``n_batch1``
+        requests) and under load (``n_load`` Poisson requests at ``load_rps``). Two rows of
+        :func:`read_bench_serve` (``load`` = ``"batch1"`` / ``"poisson"``) with ``startup_s`` and the result
+        file in ``bench_file``."""
+        from workbench.bridges.vllm_metrics import read_bench_serve
+        from workbench.bridges.vllm_process import VllmServer, bench_serve
+
+        rows = []
+        with VllmServer(folder, [*self.serve_args(), *server_args], venv=self.venv) as srv:
+            for load, kw in (("batch1", {"num_prompts": n_batch1, "max_concurrency": 1}),
+                             ("poisson", {"num_prompts": n_load, "request_rate": load_rps})):
+                f = bench_serve(srv, out_dir, input_len=input_len, output_len=output_len,
+                                filename=f"{Path(folder).name}_{load}.json", **kw)
+                rows.append(read_bench_serve(f).assign(load=load, bench_file=str(f), startup_s=srv.startup_s))
+        return pd.concat(rows, ignore_index=True)
+
+    def run_quant(self, model, tok, configs, config=None, *, data=None, store=None, provenance=None,
+                  out_dir: str | Path | None = None, **timing) -> pd.DataFrame:
+        """The quantization study's points on vLLM: full precision (``model``'s folder) and each
+        :class:`workbench.quant.QuantConfig` of ``configs`` exported (compressed-tensors) and timed by
+        :meth:`time_served`. One row per point and load: ``label, method, w_bits, group_size, load``, the bench
+        columns (``mean_ttft_ms, p50_tpot_ms, ...``) and ``export_dir``. Points vLLM refuses (its error) are
+        kept with ``error`` set. ``data``, ``store`` and ``provenance`` are accepted for the study's call;
+        this runner stores nothing itself."""
+        from workbench.bridges.export import export_compressed_tensors
+        from workbench.bridges.vllm_process import VllmServerError
+        from workbench.quant import quantize
+
+        out = Path(out_dir or tempfile.mkdtemp(prefix="wb-vllm-quant-"))
+        points = [("fp", None, model_folder(model, tok, out / "fp"))]
+        for qc in configs:
+            if getattr(qc, "method", "fp") == "fp":
+                continue
+            folder = out / qc.label.replace(" ", "_").replace("/", "_")
+            qm, _ = quantize(model, qc)
+            export_compressed_tensors(qm, folder, tok)
+            points.append((qc.label, qc, str(folder)))
+        rows = []
+        for label, qc, folder in points:
+            meta = {"label": label, "method": getattr(qc, "method", "fp"), "w_bits": getattr(qc, "bits", 16),
+                    "group_size": getattr(qc, "group_size", np.nan), "export_dir": folder}
+            try:
+                rows.append(self.time_served(folder, out / "bench", **timing).assign(**meta))
+            except VllmServerError as e:
+                rows.append(pd.DataFrame([meta | {"error": e.error}]))
+        return pd.concat(rows, ignore_index=True)
+
+    # -- speculative decoding: vLLM's counters -------------------------------------------------------
+    def spec_counters(self, model, prompts: list[list[int]], *, method: str = "ngram", k: int = 3,
+                      draft_model: str | None = None, temperature: float = 0.0, max_tokens: int = 32,
+                      seed: int = 0, prompt_lookup_min: int = 2, prompt_lookup_max: int = 3) -> dict:
+        """Generate from token-id ``prompts`` with vLLM speculative decoding (``method`` ``"ngram"``: prompt
+        lookup with ``prompt_lookup_min/max``; ``"draft_model"``: ``draft_model`` folder) and ``k`` =
+        ``num_speculative_tokens``. Returns ``token_ids`` (per prompt) and one row of
+        :func:`workbench.bridges.vllm_metrics.read_spec_metrics`'s columns (``num_drafts, num_draft_tokens,
+        num_accepted_tokens, num_accepted_tokens_per_pos, tau, draft_acceptance_rate, alpha``) for this run.
+        Raises ``ValueError`` for an unknown method or a draft model missing."""
+        from workbench.bridges.vllm_metrics import _spec_row
+        from workbench.bridges.vllm_process import run_worker
+
+        if method == "ngram":
+            spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": prompt_lookup_min,
+                    "prompt_lookup_max": prompt_lookup_max}
+        elif method == "draft_model":
+            if not draft_model:
+                raise ValueError("method='draft_model' needs draft_model= (a folder or hub id)")
+            spec = {"method": "draft_model", "model": draft_model, "num_speculative_tokens": k}
+        else:
+            raise ValueError(f"method={method!r}: 'ngram' or 'draft_model'")
+        res = run_worker({"task": "generate", "prompts": [list(map(int, p)) for p in prompts],
+                          "sampling": {"temperature": temperature, "max_tokens": max_tokens, "seed": seed,
+                                       "ignore_eos": True},
+                          "llm": self.llm_kwargs(model_folder(model), speculative_config=spec)}, venv=self.venv)
+        a, b = res["spec_after"], res["spec_before"]
+
+        def delta(name):
+            x, y = a.get(f"vllm:spec_decode_{name}", 0), b.get(f"vllm:spec_decode_{name}", 0)
+            if isinstance(x, list):
+                y = y if isinstance(y, list) else [0] * len(x)
+                return [float(u) - float(v) for u, v in zip(x, y)]
+            return float(x) - float(y)
+
+        c = {n: delta(n) for n in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                                    "num_accepted_tokens_per_pos")}
+        if not isinstance(c["num_accepted_tokens_per_pos"], list):
+            c["num_accepted_tokens_per_pos"] = []
+        return {"token_ids": res["token_ids"], "generate_s": res["generate_s"], "load_s": res["load_s"],
+                "counters": _spec_row(c)}
+
+    def run_spec(self, target, tok, built, prompts: pd.DataFrame, configs, *, store=None, name=None,
+                 provenance=None) -> pd.DataFrame:
+        """The speculative study's grid on vLLM for the drafts vLLM runs: ``"ngram"`` (prompt lookup) and drafts
+        given as a model folder / hub id (``built[name] == (None, {"folder": ...})`` or a loaded HF model).
+        Static ``k`` only (vLLM has no adaptive policy). One row per (draft, config): ``draft, k, temperature``
+        and :meth:`spec_counters`' counters; the engine-agreement logic lives with the speculative study."""
+        rows = []
+        ids = [list(p) for p in prompts["prompt_ids"]]
+        for draft, (dmodel, info) in built.items():
+            method = "ngram" if draft == "ngram" else "draft_model"
+            folder = None
+            if method == "draft_model":
+                folder = (info or {}).get("folder") if dmodel is None else model_folder(dmodel, tok)
+                if folder is None:
+                    continue
+            for sc in configs:
+                if sc.policy != "static":
+                    continue
+                r = self.spec_counters(target, ids, method=method, k=sc.k, draft_model=folder,
+                                       temperature=sc.temperature, max_tokens=sc.max_new_tokens, seed=sc.seed)
+                rows.append({"draft": draft, "k": sc.k, "temperature": sc.temperature, "policy": "static",
+                             **r["counters"], "generate_s": r["generate_s"]})
+        return pd.DataFrame(rows)
+
+    def run_stack(self, *args, **kwargs):
+        """Not on this backend yet: the 8 combinations need vLLM's P/D connector (NixlConnector, GPU-only in the
+        CPU build) for half of them."""
+        raise NotImplementedError("engine='vllm' does not run the stacked study yet: its disaggregated half needs a "
+                                  "KV connector the CPU build lacks; run engine='workbench', and time the W4A16 and "
+                                  "speculative parts on vLLM with VLLMEngine.run_quant / spec_counters")
+
+    def run_pd(self, *args, **kwargs):
+        """Not on this backend: the P/D study against a vLLM server is the speculative/P-D agreement work."""
+        raise NotImplementedError("engine='vllm' has no P/D study runner here; use VllmServer + bench_serve "
+                                  "(workbench.bridges.vllm_process) with workbench.bridges.bench_serve_requests")
