@@ -37,11 +37,13 @@ SUBJECTS = env_str("WB_SUBJECTS", None)  # comma-separated subset of the 57 subj
 
 # %%
 import pandas as pd
+from IPython.display import display
 
 import workbench.notebook as wbn
 from workbench.eval.plots import plot_mmlu_by_shots, plot_mmlu_formulations, plot_mmlu_subjects
 from workbench.models import load_model, provenance_of
 from workbench.studies import mmlu
+from workbench.studies.compare import paired_difference, side_by_side
 
 wbn.setup()
 cfg = mmlu.Config.from_name(SIZE, device=DEVICE, dtype=DTYPE, subjects=SUBJECTS)
@@ -73,7 +75,25 @@ print(tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
 
 # %%
 res = mmlu.run(cfg, model=(model, tok), engine=ENGINE)
-wbn.table(res.per_question.groupby(["formulation", "n_shot"], as_index=False)[["wall_s", "tokenize_s"]].first())
+times = [c for c in ("wall_s", "tokenize_s") if c in res.per_question]  # (vLLM's rows have no tokenize_s)
+wbn.table(res.per_question.groupby(["formulation", "n_shot"], as_index=False)[times].first())
+
+# %% [markdown]
+# ### The same questions on both engines (`WB_ENGINE=vllm`)
+# With `WB_ENGINE=vllm` the study above ran on vLLM (`.venv-vllm`, its prompt log-probs of the same lm-eval token
+# pairs); the workbench scores the same questions here and the two are joined per question, with the differences
+# computed (`workbench.studies.compare`): per-choice log-likelihood differences, and the paired difference in
+# accuracy with its 95% interval.
+
+# %%
+if ENGINE == "vllm":
+    ref = mmlu.run(cfg, model=(model, tok), engine="workbench")
+    frames = {"workbench": ref.per_question, "vllm": res.per_question}
+    sbs = side_by_side(frames, on=["qid", "formulation", "n_shot"], metrics=["correct", "logprob_A", "logprob_B"])
+    display(wbn.table(sbs.describe().T), paired_difference(ref.per_question["correct"].astype(float),
+                                                          res.per_question["correct"].astype(float)))
+else:
+    print("one engine here (WB_ENGINE=workbench); WB_ENGINE=vllm adds vLLM beside it (needs `make setup-vllm`)")
 
 # %% [markdown]
 # ## Accuracy, chance level, and whether the interval includes chance
