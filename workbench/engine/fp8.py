@@ -8,7 +8,7 @@ activation scales: ``y = (q_x @ q_w^T) * s_x[m] * s_w[n]``, the two scale vector
 (``torch._scaled_mm(scale_a=[M, 1], scale_b=[1, N])``, "row-wise" scaling). Every op is a plain tensor op on
 fixed shapes, so the whole matmul (quantization included) is captured in the engine's CUDA graphs.
 
-Hook into the engine (the lead's call; :mod:`workbench.engine.runtime` is not changed here):
+Hook into the engine (a call on a built engine; the runtime conversion does not apply it):
 ``to_fp8(engine.w)`` replaces each decoder layer's dense matmuls (qkv, o, gate_up, down) by :class:`Fp8Linear`
 and relabels them; call it before the first step (before graphs are captured), with the fused-GEMV path off
 (``engine.set_fused_gemv(False)``: those kernels read the bf16 weight directly). ``lm_head`` stays bf16 (as
