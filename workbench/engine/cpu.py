@@ -13,7 +13,7 @@ Why bf16 only: these kernels are fast with bf16 activations and slow with float3
 AVX-512-BF16 machine of 2026-12-06 (one thread, median of 50 calls, SmolLM2-135M shapes): a 1536 x 576
 weight at one row took 58 us (INT4) / 60 us (INT8) against 173 us bf16 and 187 us float32 ``F.linear``; at 8
 rows 196 / 208 us against 178 us bf16 (the crossover, hence ``max_rows = 8``); at 64 rows 1.4 ms against
-0.29 ms. With float32 activations the same INT4 / INT8 kernels took 781 / 390 us against 72 us dense (4608 x 3584 weight, one row),
+0.29 ms. With float32 activations the same INT4 / INT8 kernels took 781 / 390 us against 72 us dense (a 1536 x 576 weight, one row),
 so a float32 engine keeps the dequantized weight (:mod:`workbench.engine.runtime`) and its route table says why.
 """
 
