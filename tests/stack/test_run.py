@@ -1,11 +1,13 @@
 """run_stack end to end on a tiny model (real engines, real acceptance), and resuming from the store."""
 
 import pytest
+import torch
 
 from workbench.pd.profile import ProfileConfig
 from workbench.pd.sim import LengthDist, WorkloadConfig
 from workbench.spec.drafts import truncated_draft
 from workbench.stack import StackConfig, run
+from workbench.stack.engines import build_engine, dequantized_copy_bytes, footprint_bytes
 from workbench.stack.run import run_stack
 
 CFG = StackConfig(target="tiny", draft="layers-1", group_size=32, prompt_len=12, gen_len=5, k=2,
@@ -43,3 +45,19 @@ def test_random_target_needs_alpha():
 def test_prompt_length_checked(tiny_target):
     with pytest.raises(ValueError, match="prompt_len=12"):
         run_stack(tiny_target, tiny_target, CFG, [1, 2, 3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_footprint_counts_the_quantized_format_and_the_cpu_copy_apart(tiny_target, dtype):
+    """Known answer: a W4A16 matmul stores out x in / 2 bytes of codes plus a scale and a zero per group of 32
+    (in the engine's dtype), and the CPU copy beside it out x in values in the engine's dtype. The old footprint
+    counted the copy as the weight, so W4A16 weighed what fp32 does."""
+    dense, w4 = (build_engine(tiny_target, q, group_size=32, device="cpu", dtype=dtype) for q in (False, True))
+    shapes = [m.weight.shape for n, m in tiny_target.named_modules()
+              if isinstance(m, torch.nn.Linear) and n.startswith("model.layers")]
+    elems = sum(o * i for o, i in shapes)
+    size = torch.tensor([], dtype=dtype).element_size()
+    assert dequantized_copy_bytes(dense) == 0
+    assert dequantized_copy_bytes(w4) == elems * size
+    packed = footprint_bytes(dense) - elems * size + elems // 2 + 2 * (elems // 32) * size
+    assert footprint_bytes(w4) == packed

@@ -18,7 +18,7 @@ import torch
 from workbench.engine import Engine
 from workbench.engine.int4 import Int4Linear
 
-__all__ = ["MemoryProbe", "build_engine", "footprint_bytes", "is_config", "resized"]
+__all__ = ["MemoryProbe", "build_engine", "dequantized_copy_bytes", "footprint_bytes", "is_config", "resized"]
 
 
 def is_config(model) -> bool:
@@ -84,20 +84,49 @@ def _tensor_bytes(obj, seen: set) -> int:
     return total
 
 
+def _copy(m):
+    """The dequantized copy a CPU wrapper (``Dequantized``, ``FewRows``: ``inner`` + ``w``) keeps beside its
+    quantized ``inner``, else None."""
+    return m.w if hasattr(m, "inner") and isinstance(getattr(m, "w", None), torch.Tensor) else None
+
+
+def _matmul_bytes(m, seen: set) -> int:
+    """A matmul's stored format: ``nbytes()`` for a wrapper around a quantized ``inner`` (its dequantized CPU
+    copy left out, see :func:`dequantized_copy_bytes`), else its tensors."""
+    if _copy(m) is None:
+        return _tensor_bytes(m, seen)
+    key = ("inner", id(m.inner))
+    if key in seen:
+        return 0
+    seen.add(key)
+    return int(m.nbytes())
+
+
 def footprint_bytes(engine: Engine) -> int:
     """Bytes of an engine's tensors: weights (each stored tensor once: codes, scales, zeros, every
     backend's packing), norms, biases, embedding, and the KV cache as allocated (``max_batch x
-    S_cache`` tokens, scales included)."""
+    S_cache`` tokens, scales included). A quantized matmul counts in its quantized format; the
+    dequantized copy the engine keeps on the CPU for calls the integer kernels serve slower (float32
+    activations, or more rows than ``EngineConfig.cpu_int_max_rows``) is an engine artifact a serving
+    deployment does not hold, counted apart by :func:`dequantized_copy_bytes`."""
     seen: set = set()
     w = engine.w
     total = _tensor_bytes(w, seen)
     for lw in w.layers:
         total += _tensor_bytes(lw, seen)
         for m in (lw.wqkv, lw.wo, lw.wgu, lw.wd):
-            total += _tensor_bytes(m, seen)
-    total += _tensor_bytes(w.lm_head, seen)
+            total += _matmul_bytes(m, seen)
+    total += _matmul_bytes(w.lm_head, seen)
     caches = (engine.k_cache, engine.v_cache) if engine.kvq is None else engine.kvq.tensors()
     return total + sum(c.numel() * c.element_size() for c in caches)
+
+
+def dequantized_copy_bytes(engine: Engine) -> int:
+    """Bytes of the dequantized weight copies the engine keeps on the CPU beside quantized matmuls (0 on CUDA,
+    and for a float engine); not in :func:`footprint_bytes`."""
+    mats = [m for lw in engine.w.layers for m in (lw.wqkv, lw.wo, lw.wgu, lw.wd)] + [engine.w.lm_head]
+    copies = {c.data_ptr(): c.numel() * c.element_size() for c in map(_copy, mats) if c is not None}
+    return sum(copies.values())
 
 
 class MemoryProbe:

@@ -18,7 +18,7 @@ import torch
 
 from workbench.stack.batch1 import run_batch1, step_ms, step_times
 from workbench.stack.config import StackConfig
-from workbench.stack.engines import MemoryProbe, build_engine, footprint_bytes, resized
+from workbench.stack.engines import MemoryProbe, build_engine, dequantized_copy_bytes, footprint_bytes, resized
 from workbench.stack.serving import cost_to_row, fit_line, profile_costs, profile_verify
 
 __all__ = ["POINT_FIELDS", "point_configs", "run_point"]
@@ -71,7 +71,9 @@ def run_point(point: dict, target, draft, prompt: list[int], cfg: StackConfig, *
 
     Returns one row: the point's fields, the :func:`~workbench.stack.batch1.run_batch1` columns,
     ``peak_mem_gb`` with ``mem_source`` ("measured: CUDA peak allocated" or "footprint model: engine
-    tensors"), ``weight_gb`` (engine tensors without the KV cache), ``kv_bytes_per_token`` (target +
+    tensors"), ``weight_gb`` (engine tensors without the KV cache, quantized matmuls in their
+    quantized format), ``cpu_copy_gb`` (the dequantized copies a CPU engine keeps beside them, not in
+    ``weight_gb``; :func:`~workbench.stack.engines.dequantized_copy_bytes`), ``kv_bytes_per_token`` (target +
     draft), ``compute_dtype``, ``device``, ``weight_bytes_per_step`` (the target's, read by every
     decode step) and the fitted cost coefficients (``cost_a..f``, or
     ``draft_cost_a..f``, ``verify_v0..2``, ``verify_ms_k<k>``, ``target_step_ms_whatif``,
@@ -87,7 +89,8 @@ def run_point(point: dict, target, draft, prompt: list[int], cfg: StackConfig, *
     row.pop("tokens", None)
     row = dict(point) | row | {"quantized": q, "speculative": s, "peak_mem_gb": (probe.peak_bytes or fp) / 1e9,
             "mem_source": "measured: CUDA peak allocated" if probe.peak_bytes else "footprint model: engine tensors",
-            "weight_gb": (fp - kv_alloc) / 1e9, "kv_bytes_per_token": float(sum(e.kv_bytes_per_token() for e in engines)),
+            "weight_gb": (fp - kv_alloc) / 1e9,
+            "cpu_copy_gb": sum(dequantized_copy_bytes(e) for e in engines) / 1e9, "kv_bytes_per_token": float(sum(e.kv_bytes_per_token() for e in engines)),
             "compute_dtype": str(t_eng.dtype).removeprefix("torch."), "device": str(t_eng.device),
             "weight_bytes_per_step": int(t_eng.weight_bytes())}
     row |= _profile(t_eng, d_eng, cfg, clock)
