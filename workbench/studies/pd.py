@@ -44,6 +44,9 @@ class Config:
     loop_rate: float = 0.3  # real-loop arrivals, req/s
     loop_prompt: int = 64  # real-loop prompt tokens
     loop_output_max: int = 24  # real-loop output tokens ~ uniform(4, this)
+    vllm_loads: tuple = (0.25, 0.6, 1.0)  # engine="vllm": Poisson loads, fractions of the simulated saturation rate
+    vllm_max_num_seqs: int = 16  # engine="vllm": the server's --max-num-seqs (the simulator's max_batch)
+    vllm_max_num_batched_tokens: int = 128  # engine="vllm": --max-num-batched-tokens (the chunk budget)
     preset_model: str = "qwen2-7b"  # the projected model (workbench.pd.ModelSpec.from_name)
     preset_hw: str = "h200"  # the projected GPU (workbench.pd.HardwareSpec.from_name)
     slo_ttft_ms: float = 400.0  # the "chat" SLO preset
@@ -59,7 +62,7 @@ class Config:
 
     def __post_init__(self):
         check_size(self.size)
-        for f, cast in (("workloads", str), ("rates", float), ("chunk_budgets", int)):
+        for f, cast in (("workloads", str), ("rates", float), ("chunk_budgets", int), ("vllm_loads", float)):
             v = getattr(self, f)
             v = tuple(x.strip() for x in v.split(",")) if isinstance(v, str) else v
             object.__setattr__(self, f, tuple(cast(x) for x in v))
@@ -70,6 +73,9 @@ class Config:
             raise ValueError("Config.loop_requests and n_requests must be >= 1, loop_rate > 0, rates non-empty")
         if min(self.rates) <= 0 or self.slo_ttft_ms <= 0 or self.slo_tpot_ms <= 0:
             raise ValueError("Config.rates and the SLOs must be positive")
+        if not self.vllm_loads or min(self.vllm_loads) <= 0:
+            raise ValueError(f"Config.vllm_loads={self.vllm_loads!r}: positive fractions of the saturation rate, e.g. "
+                             "(0.25, 0.6, 1.0)")
 
     @classmethod
     def from_name(cls, size: str = "demo", device="auto", **overrides) -> Config:
@@ -196,13 +202,18 @@ def run(config: Config, *, model, data=None, engine="workbench", store=None, pro
     st = resolve_store(store)
     place = placement_of(config)
     m, _tok = as_model(model, config)
-    if not backend.in_process:
-        return backend.run_pd(m, config, store=st)
-    hw, prof, runner, clock, sleep = profile_here(m, config, place)
-    cost = CostModel.fit(prof)
     real = drift = cmp = None
-    if config.real_loop:
-        real, drift, cmp = real_loop(runner, prof, cost, config, place, clock, sleep)
+    if not backend.in_process:  # the server is profiled and checked over HTTP (VLLMEngine.run_pd)
+        from workbench.pd import HardwareSpec
+
+        hw = HardwareSpec.measure(place.device, copy_mb=config.copy_mb)
+        got = backend.run_pd(m, _tok, config, store=st, progress=progress)
+        prof, cost, real, drift, cmp = (got[k] for k in ("profile", "cost", "real", "drift", "sim_vs_real"))
+    else:
+        hw, prof, runner, clock, sleep = profile_here(m, config, place)
+        cost = CostModel.fit(prof)
+        if config.real_loop:
+            real, drift, cmp = real_loop(runner, prof, cost, config, place, clock, sleep)
     quantiles, summary, grid, parts = projection(config, st, backend, progress)
     w0 = next(iter(parts["workloads"]))
     base = parts["base"]

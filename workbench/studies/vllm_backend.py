@@ -18,7 +18,10 @@ is keyed by the vLLM version and flags that produced it). The methods the studie
   ``LLM.get_metrics()``; ``tau``, ``draft_acceptance_rate`` and ``alpha`` as
   :func:`workbench.bridges.vllm_metrics.read_spec_metrics` defines them.
 
-Not here: :meth:`run_stack` and :meth:`run_pd` raise ``NotImplementedError`` naming why.
+* :meth:`run_pd` -- the P/D study's measured half against a vLLM server: its profile, the fitted cost model,
+  and the simulator (vLLM's scheduler as the policy) against the server at three Poisson loads.
+
+Not here: :meth:`run_stack` raises ``NotImplementedError`` naming why.
 """
 
 from __future__ import annotations
@@ -284,7 +287,86 @@ class VLLMEngine:
                                   "KV connector the CPU build lacks; run engine='workbench', and time the W4A16 and "
                                   "speculative parts on vLLM with VLLMEngine.run_quant / spec_counters")
 
-    def run_pd(self, *args, **kwargs):
-        """Not on this backend: the P/D study against a vLLM server is the speculative/P-D agreement work."""
-        raise NotImplementedError("engine='vllm' has no P/D study runner here; use VllmServer + bench_serve "
-                                  "(workbench.bridges.vllm_process) with workbench.bridges.bench_serve_requests")
+    def run_pd(self, model, tok, config, *, store, progress: bool = True) -> dict:
+        """The P/D study's measured half on a vLLM server (``config``: a ``workbench.studies.pd.Config``): the
+        server is profiled over HTTP (:func:`workbench.pd.server.profile_server`), a
+        :class:`~workbench.pd.CostModel` is fitted to that profile, and the simulator with vLLM's scheduler as its
+        policy (:func:`workbench.pd.server.vllm_sim_config`: chunked prefill under ``max_num_batched_tokens``,
+        ``max_num_seqs``) predicts the server's TTFT / TPOT / E2E on the real loop's Poisson workload at
+        ``config.vllm_loads`` fractions of the simulated saturation rate (all requests at once: ``n / makespan``),
+        each load followed by the drift check. Every part is stored as it finishes (the profile, then each load),
+        so a re-run measures only what is missing, and starts the server only then.
+
+        Returns ``{"profile", "cost", "real", "drift", "sim_vs_real", "capacity_rps", "sim_config",
+        "client_overhead_ms"}`` (:func:`workbench.pd.server.client_overhead_ms`, added to the simulated TTFT / E2E): ``real``,
+        ``drift`` and ``sim_vs_real`` carry ``rate`` and ``load`` (the fraction) columns; ``sim_vs_real`` is
+        :func:`workbench.pd.loop.compare_to_sim`'s frame per load. Raises :class:`~workbench.bridges.vllm_process.
+        VllmUnavailable` without ``.venv-vllm``, :class:`~workbench.bridges.vllm_process.VllmServerError` with
+        vLLM's error lines when the server does not start."""
+        from workbench.bridges.vllm_process import VllmServer
+        from workbench.pd import CostModel
+        from workbench.pd import server as srv
+        from workbench.pd.loop import compare_to_sim
+        from workbench.pd.sim import LengthDist, WorkloadConfig, generate_workload, simulate
+        from workbench.results import STORE_COLUMNS, collect_provenance
+        from workbench.studies.base import slug
+
+        folder = model_folder(model, tok)
+        vocab = int(model.config.vocab_size)
+        seqs, budget = int(config.vllm_max_num_seqs), int(config.vllm_max_num_batched_tokens)
+        args = [*self.serve_args(), "--max-num-seqs", str(seqs), "--max-num-batched-tokens", str(budget),
+                "--no-enable-prefix-caching", "--served-model-name", "wb-pd"]
+        server: dict = {}
+
+        def url() -> str:  # started on first use: a fully stored study never starts vLLM
+            if "s" not in server:
+                server["s"] = VllmServer(folder, args, venv=self.venv).start()
+            return server["s"].url
+
+        # prefill points within one step's budget (a longer prompt is chunked over steps); decode up to max_num_seqs
+        pcfg = {"prompt_lens": tuple(budget // d for d in (8, 4, 2, 1)), "max_step_tokens": budget,
+                "decode_batches": tuple(b for b in (1, 2, 4, 8, 16, 32) if b <= seqs),
+                "context_lens": (config.loop_prompt,), "repeats": 2 if config.size == "smoke" else 3}
+        prov = collect_provenance(model, seed=config.seed, engine=self.provenance() | {"serve_args": args})
+        name = slug(f"pd_vllm_{Path(folder).name}")
+        try:
+            prof = store.sweep(name + "_profile", [pcfg], lambda p: srv.profile_server(url(), "wb-pd", vocab=vocab,
+                               seed=config.seed, **p), provenance=prov, progress=progress)
+            prof = prof.drop(columns=list(STORE_COLUMNS), errors="ignore")
+            cost = CostModel.fit(prof)
+            overhead = srv.client_overhead_ms(prof)
+            sim_cfg = srv.vllm_sim_config(seqs, budget)
+
+            def workload(rate):
+                return generate_workload(WorkloadConfig(
+                    n_requests=config.loop_requests, rate=rate, prompt=LengthDist("fixed", config.loop_prompt),
+                    output=LengthDist("uniform", low=4, high=config.loop_output_max), seed=config.seed))
+
+            burst = simulate(workload(1e6), sim_cfg, cost)
+            capacity = len(burst) / float(burst["finish_s"].max() - burst["arrival_s"].min())
+            points = [{"load": float(f), "rate": round(float(f) * capacity, 4)} for f in config.vllm_loads]
+
+            def one_load(p):
+                real = srv.run_workload(url(), "wb-pd", workload(p["rate"]), vocab=vocab, seed=config.seed)
+                drift = srv.drift_check(url(), "wb-pd", prof, vocab=vocab)
+                d = {f"drift_{r.phase}_{k}": getattr(r, k) for r in drift.itertuples() for k in ("ms_profile",
+                                                                                               "ms_now", "drift_pct")}
+                return real.drop(columns=["itl_ms"]).assign(**p, **d)
+
+            rows = store.sweep(name + "_loads", points, one_load, provenance=prov, progress=progress)
+        finally:
+            if "s" in server:
+                server["s"].stop()
+        reals, drifts, cmps = [], [], []
+        for p in points:
+            real = rows[(rows["rate"] == p["rate"]) & (rows["load"] == p["load"])]
+            drift = pd.DataFrame([{"phase": ph, "ms_profile": real[f"drift_{ph}_ms_profile"].iloc[0],
+                                   "ms_now": real[f"drift_{ph}_ms_now"].iloc[0],
+                                   "drift_pct": real[f"drift_{ph}_drift_pct"].iloc[0]} for ph in ("prefill", "decode")])
+            cmps.append(compare_to_sim(real, workload(p["rate"]), cost, sim_cfg, drift=drift,
+                                       client_overhead_ms=overhead).assign(**p))
+            reals.append(real)
+            drifts.append(drift.assign(**p))
+        return {"profile": prof, "cost": cost, "real": pd.concat(reals, ignore_index=True),
+                "drift": pd.concat(drifts, ignore_index=True), "sim_vs_real": pd.concat(cmps, ignore_index=True),
+                "capacity_rps": capacity, "sim_config": sim_cfg, "client_overhead_ms": overhead}
