@@ -686,7 +686,7 @@ struct WideTile {
   static constexpr int TILE = 8 * MT * XROW;
 };
 
-// The split-K fixup of the wide, TC and WG kernels (S = gridDim.y > 1; the stream-K "fixup" of Osama et al. 2023,
+// The split-K fixup of the wide and TC kernels (S = gridDim.y > 1; the stream-K "fixup" of Osama et al. 2023,
 // arXiv 2301.03598, in its serial, deterministic form). acc is the thread's NV float4s of float32 partials (any
 // [a][b][4] or [a][4 b] accumulator array, flattened). Each CTA stores them in thread order, [S][tiles][NV][blockDim]
 // float4 (coalesced 16-byte stores and loads, no bounds: a split launch's workspace is S x Npad x Mpad floats,
@@ -1121,317 +1121,6 @@ __global__ void __launch_bounds__(OCC ? 128 : 256, OCC ? OCC : 1) w4a16_tc_kerne
   if (S > 1 && threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
 }
 
-// ---- The WG kernel (WS bit 4, sm_90a only: built with -DWB_WGMMA for arch 90a) ----------------------------------
-// Hopper's warpgroup MMA (PTX ISA 8.0, wgmma.mma_async; "swap AB" as Machete, Wilkinson et al., Neural Magic 2024):
-// D[64 x NX] += A[64 x 16] B[16 x NX] with A, the dequantized weights (64 rows of N), in registers in exactly
-// mma.m16n8k16's A layout per warp (so the TC kernel's prescaled fragments are its operands), and B, NX = 8 MT rows
-// of x, read by the tensor cores from shared memory in the canonical K-major layout without swizzle: core matrices
-// of 8 rows x 16 bytes, LBO = 128 bytes between core matrices adjacent along K, SBO = 16 G bytes between core
-// matrices adjacent along the rows (PTX ISA, "Matrix Descriptor Format": bits 0-13 start >> 4, 16-29 LBO >> 4,
-// 32-45 SBO >> 4, 62-63 swizzle = 0). D's layout per warp q of the warpgroup: d[4 j + 2 h + e] is row 16 q + gid +
-// 8 h (a weight row: an output column) and column 8 j + 2 tig + e (an x row). wgmma_f32 is one instruction a call,
-// with scale-d = 1 (the accumulators start at zero), no transposes.
-template <bool BF16, int NX>
-struct Wgmma;
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WB_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
-#else
-#define WB_WGMMA_ASM(...)
-#endif
-// one specialization per (dtype, NX): TY is the PTX type name, the operand lists differ by NX only
-#define WB_WGMMA_SPECS(BFV, TY)                                                                              \
-  template <>                                                                                          \
-  struct Wgmma<BFV, 16> {                                                                              \
-    static __device__ __forceinline__ void mma(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) { \
-      WB_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"                               \
-                   "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7}, "  \
-                   "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"                         \
-                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])  \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));                  \
-    }                                                                                                  \
-  };                                                                                               \
-  template <>                                                                                          \
-  struct Wgmma<BFV, 32> {                                                                              \
-    static __device__ __forceinline__ void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) { \
-      WB_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                               \
-                   "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "  \
-                   "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"                         \
-                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])  \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));                  \
-    }                                                                                                  \
-  };                                                                                               \
-  template <>                                                                                          \
-  struct Wgmma<BFV, 64> {                                                                              \
-    static __device__ __forceinline__ void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) { \
-      WB_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                               \
-                   "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "  \
-                   "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                         \
-                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));                  \
-    }                                                                                                  \
-  };
-WB_WGMMA_SPECS(true, "bf16")
-WB_WGMMA_SPECS(false, "f16")
-#undef WB_WGMMA_SPECS
-#undef WB_WGMMA_ASM
-
-__device__ __forceinline__ void wg_fence() {  // order register writes (A, D) before the next wgmma
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wg_commit() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#endif
-}
-template <int N_>
-__device__ __forceinline__ void wg_wait() {  // at most N_ committed groups of this warp still in flight
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N_) : "memory");
-#endif
-}
-template <int NF>
-__device__ __forceinline__ void wg_pin(float (&d)[NF]) {  // keep the compiler off the accumulators (CUTLASS's
-#pragma unroll                                             // warpgroup_fence_operand)
-  for (int i = 0; i < NF; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// Warpgroup g of the CTA (4 warps, W = 4 or 8 warps a CTA) takes RT tiles of 64 weight rows, tile r = rows cbase +
-// 64 r .. + 63 (cbase = (blockIdx.x * W / 4 + g) * 64 RT), and all NX = 8 MT rows of x. The CTA stages x's [NX, G]
-// tile of each group by cp.async into the core-matrix layout above, DEPTH - 2 groups ahead. Each warp dequantizes
-// its 16 rows of each tile into A fragments (lane (gid, tig) holds rows 16 q + gid (h = 0) and + 8 (h = 1), the TC
-// kernel's pair / nibble map: a0 = (h 0, k-half 0), a1 = (h 1, 0), a2 = (h 0, 1), a3 = (h 1, 1)), a batch of KB / 2
-// k-blocks at a time (NB = 2 batches a group; 4 with WR) into one of two register buffers, then fences,
-// issues the batch's wgmmas and commits them. Before each batch it waits for all but the latest commit (so the
-// tensor cores run batch i - 1 while the warp dequantizes batch i); the refill at a group's first batch overwrites
-// the stage of group grp - 2, which that wait and the CTA barrier have retired in every warp. Split K, the fixup
-// (thread order, RT MT float4 a thread) and the SwiGLU / residual epilogues as in the wide kernel (act: h = 0 the
-// gate, h = 1 the up of output column ((cbase + 64 r + 16 q) / 16) * 8 + gid, wrow's mapping).
-// WR (WS bit 5, WS = 50): the weights through a shared-memory ring instead of a DEPTH-group register ring, as the TC
-// kernel's WR: after the DEPTH x stages, [DEPTH][warps][RT][2][P][32 lanes] 8-byte pieces, each lane's own (it
-// copies them by cp.async and reads them back itself, so its cp.async wait is the only ordering needed), read into
-// registers at the top of the group, before its first batch: 8 RT registers of words held instead of 8 RT DEPTH;
-// and its groups run as NB = 4 batches (see NB).
-// The register ring costs 32 RT registers at DEPTH = 4, and at MT = 8, RT = 2 the kernel is at 255 registers with 76
-// bytes of spills (ptxas, benchmarks/results/h200_2026-12-04d/logs/ptxas_wg3.log.gz), the configuration ncu found
-// long-scoreboard-bound.
-template <bool BF16, int G, int MT, int RT, int DEPTH, bool WR = false>
-__global__ void __launch_bounds__(256) w4a16_wg_kernel(const uint16_t* __restrict__ x, int sx,
-                                                       const uint32_t* __restrict__ qw,
-                                                       const uint16_t* __restrict__ s,
-                                                       const uint16_t* __restrict__ z, uint16_t* __restrict__ out,
-                                                       const uint16_t* __restrict__ res, int M, int N, int K,
-                                                       float* __restrict__ ws, int* __restrict__ sem, int act) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using D = Dt<BF16>;
-  static_assert(G >= 64 && MT >= 2, "WG: groups of >= 64 columns, NX >= 16 rows of x");
-  constexpr int NX = 8 * MT, NF = NX / 2, P = G / 64, KB = G / 16, CPR = G / 8;
-  // wgmma batches a group, k-blocks a batch. NB = 1 at RT = 1 (one batch a group, the buffer alternating group by
-  // group) gave wrong results in the GPU check (benchmarks/results/h200_2026-12-04d/wg2_check.json: every RT = 1
-  // configuration from 20 rows, and from 9 rows with 4+ splits; cause not found), NB = 2 was correct in every case.
-  // WR: NB = 4, half the A fragments held (ptxas at G = 128, DEPTH = 4, registers a thread for MT, RT = 4, 1 / 4, 2 /
-  // 8, 1 / 8, 2: NB = 2 without WR 128 / 255 / 156 / 255 + 76 bytes of spills; NB = 4 with WR 98 / 177 / 126 / 227)
-  constexpr int NB = WR ? 4 : 2, KBB = KB / NB;
-  static_assert(KB % NB == 0, "WG: a group's k-blocks split evenly into NB batches");
-  static_assert(DEPTH >= 3, "WG: prefetch distance DEPTH - 2");
-  constexpr int TILE = NX * G;                   // elements of one stage
-  constexpr uint32_t LBO = 128, SBO = 16u * G;   // bytes
-  extern __shared__ uint4 xsm4[];                // [DEPTH][NX / 8][G / 8] core matrices of 8 rows x 16 bytes
-  __shared__ int last;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  const int q = warp & 3, gid = lane >> 2, tig = lane & 3;
-  const int NG = K / G, KW = K / 8, S = gridDim.y, sp = blockIdx.y;
-  const int g0 = (int)(((long long)sp * NG) / S), g1 = (int)(((long long)(sp + 1) * NG) / S);
-  const int cbase = (blockIdx.x * (nw >> 2) + (warp >> 2)) * (64 * RT);
-  int rows[RT][2];
-  const uint32_t* wp[RT][2];
-#pragma unroll
-  for (int r = 0; r < RT; ++r)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      rows[r][h] = wrow(cbase + 64 * r + 16 * q + 8 * h + gid, N, act);  // rows past N read row N - 1, never stored
-      wp[r][h] = qw + row_words<G>(rows[r][h], KW) + 2 * tig;
-    }
-  const uint32_t xs0 = (uint32_t)__cvta_generic_to_shared(xsm4);
-  // chunk i of a stage: row 8 nb + (i & 7), 16-byte column chunk c (eight consecutive threads fill one core matrix);
-  // rows past M are not copied (their stale values reach only D columns past M, never stored)
-  auto issue_x = [&](int slot, int grp) {
-    for (int i = threadIdx.x; i < NX * CPR; i += blockDim.x) {
-      const int r8 = i & 7, c = (i >> 3) % CPR, nb = (i >> 3) / CPR, m = 8 * nb + r8;
-      if (m < M) {
-        const uint32_t dst = xs0 + (uint32_t)(slot * TILE * 2) + nb * SBO + c * LBO + r8 * 16;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
-                     "l"(x + (size_t)m * sx + (size_t)grp * G + c * 8)
-                     : "memory");
-      }
-    }
-  };
-  uint32_t wr[WR ? 1 : DEPTH][RT][2][2 * P];  // WR: the group being computed
-  uint16_t sr[DEPTH][RT][2], zr[DEPTH][RT][2];
-  // WR: this lane's piece (slot, r, h, p) of the weight ring, a shared-memory byte address
-  const uint32_t wsm0 = xs0 + (uint32_t)(DEPTH * TILE * 2) + 8u * (uint32_t)(warp * RT * 2 * P * 32 + lane);
-  auto wpiece = [&](int slot, int r, int h, int p) {
-    return wsm0 + 8u * (uint32_t)(((slot * nw * RT + r) * 2 + h) * P * 32 + p * 32);
-  };
-  auto load_w = [&](int slot, int grp) {
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const uint32_t* src = wp[r][h] + grp * group_words<G>() + 8 * p;
-          if constexpr (WR) {
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(wpiece(slot, r, h, p)), "l"(src) : "memory");
-          } else {
-            uint32_t v[2];
-            ld_words<2>(v, src);
-            wr[slot][r][h][2 * p] = v[0];
-            wr[slot][r][h][2 * p + 1] = v[1];
-          }
-        }
-        sr[slot][r][h] = __ldg(s + (size_t)grp * N + rows[r][h]);
-        zr[slot][r][h] = __ldg(z + (size_t)grp * N + rows[r][h]);
-      }
-  };
-  // prefetch distance DEPTH - 2: the refill at group grp goes to group grp - 2's stage, whose wgmmas the
-  // wg_wait<1> before grp's first batch has retired (grp - 1's may still run, overlapping this dequantization)
-#pragma unroll
-  for (int d = 0; d < DEPTH - 2; ++d)
-    if (g0 + d < g1) load_w(d, g0 + d);
-  pdl_launch_then_wait();
-#pragma unroll
-  for (int d = 0; d < DEPTH - 2; ++d) {
-    if (g0 + d < g1) issue_x(d, g0 + d);
-    cp_async_commit();
-  }
-  float acc[RT][NF];
-#pragma unroll
-  for (int r = 0; r < RT; ++r)
-#pragma unroll
-    for (int i = 0; i < NF; ++i) acc[r][i] = 0.0f;
-  uint32_t a[2][KBB][RT][4];  // two batches of A fragments: one being read by wgmmas, one being dequantized
-
-  for (int base = g0; base < g1; base += DEPTH) {
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d) {
-      const int grp = base + d;
-      if (grp < g1) {  // the same for every thread of the CTA
-        if constexpr (WR) {  // this group's weights: this thread's own copies of commit group grp have landed
-          cp_async_wait<DEPTH - 3>();
-#pragma unroll
-          for (int r = 0; r < RT; ++r)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-              for (int p = 0; p < P; ++p)
-                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
-                             : "=r"(wr[0][r][h][2 * p]), "=r"(wr[0][r][h][2 * p + 1])
-                             : "r"(wpiece(d, r, h, p))
-                             : "memory");  // after the wait, explicitly (not only as volatile asms in order)
-        }
-        uint32_t c[RT][2], sc[RT][2];
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint16_t cz = D::from_f(D::to_f(zr[d][r][h]) + D::BASE);
-            c[r][h] = (uint32_t)cz | ((uint32_t)cz << 16);
-            sc[r][h] = (uint32_t)sr[d][r][h] | ((uint32_t)sr[d][r][h] << 16);
-          }
-        const uint32_t sbase = xs0 + (uint32_t)(d * TILE * 2);
-#pragma unroll
-        for (int j = 0; j < NB; ++j) {
-          const int b = j & 1;  // alternates batch to batch
-          wg_wait<1>();  // the batch before last is done: buffer b is free (and, at j = 0, group grp - 2's stage)
-#pragma unroll
-          for (int r = 0; r < RT; ++r) wg_pin(acc[r]);
-          // buffer b is live up to here (the tensor cores read it after its wgmmas issued): without this use the
-          // compiler may give a[b] and a[1 - b] the same registers, overwriting A fragments still being read
-#pragma unroll
-          for (int kk = 0; kk < KBB; ++kk)
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[b][kk][r][i])::"memory");
-#pragma unroll
-          for (int kk = 0; kk < KBB; ++kk) {
-            const int kb = j * KBB + kk;
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-#pragma unroll
-              for (int hk = 0; hk < 2; ++hk) {
-                const int p = tc_pair<G>(kb, hk), i = tc_nibble<G>(kb, hk);
-                const uint32_t sel = (i >> 1) * 0x1111 + 0x4400;  // bytes [w0.B, w0.B, w1.B, w1.B], B = i / 2
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                  uint32_t tt = prmt(wr[WR ? 0 : d][r][h][2 * p], wr[WR ? 0 : d][r][h][2 * p + 1], sel);
-                  if (i & 1) tt >>= 4;
-                  a[b][kk][r][2 * hk + h] = D::mul2(D::sub2(nib2<D::MAGIC>(tt), c[r][h]), sc[r][h]);
-                }
-              }
-          }
-          if (j == 0) {
-            if constexpr (!WR) cp_async_wait<DEPTH - 3>();  // this thread's copies of group grp have landed
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the tensor cores
-            __syncthreads();  // everyone's have; every warp has retired group grp - 2's wgmmas
-            const int nxt = grp + DEPTH - 2, slot = (d + DEPTH - 2) % DEPTH;
-            if (nxt < g1) {
-              issue_x(slot, nxt);
-              load_w(slot, nxt);
-            }
-            cp_async_commit();
-          }
-          wg_fence();
-#pragma unroll
-          for (int kk = 0; kk < KBB; ++kk) {
-            const uint32_t sa = sbase + (j * KBB + kk) * 2 * LBO;  // k-block kb: core matrices 2 kb, 2 kb + 1 along K
-            const uint64_t desc = (uint64_t)((sa & 0x3FFFF) >> 4) | ((uint64_t)(LBO >> 4) << 16) |
-                                  ((uint64_t)(SBO >> 4) << 32);
-#pragma unroll
-            for (int r = 0; r < RT; ++r) Wgmma<BF16, NX>::mma(acc[r], a[b][kk][r], desc);
-          }
-          wg_commit();
-        }
-      }
-    }
-  }
-  wg_wait<0>();
-#pragma unroll
-  for (int r = 0; r < RT; ++r) wg_pin(acc[r]);
-  cp_async_wait<0>();
-
-  auto store = [&](int m, int n, float y) {
-    if (res != nullptr) y = D::to_f(D::from_f(y)) + D::to_f(res[(size_t)m * N + n]);  // HF: bf16(bf16(xW) + r)
-    out[(size_t)m * N + n] = D::from_f(y);
-  };
-  if (S > 1 && !split_fixup<RT * MT>(reinterpret_cast<float(&)[RT * NF]>(acc), ws, sem, last)) return;
-  // d[4 j + 2 h + e]: x row m = 8 j + 2 tig + e, (virtual) weight row cbase + 64 r + 16 q + 8 h + gid
-#pragma unroll
-  for (int r = 0; r < RT; ++r) {
-    const int vrow = cbase + 64 * r + 16 * q + gid;
-#pragma unroll
-    for (int j = 0; j < MT; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int m = 8 * j + 2 * tig + e;
-        if (m >= M) continue;
-        if (act) {
-          const int I = N >> 1, col = ((vrow - gid) >> 4) * 8 + gid;
-          if (col < I) out[(size_t)m * I + col] = swiglu<BF16>(acc[r][4 * j + e], acc[r][4 * j + 2 + e]);
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (vrow + 8 * h < N) store(m, vrow + 8 * h, acc[r][4 * j + 2 * h + e]);
-        }
-      }
-  }
-  if (S > 1 && threadIdx.x == 0) sem[blockIdx.x] = 0;  // ready for the next launch
-#endif
-}
-
 // raise a kernel's dynamic shared-memory limit once per device (a race between host threads only repeats the same
 // idempotent call); on failure clear the error, so that the next (torch) launch does not report it
 template <typename F>
@@ -1462,8 +1151,7 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
   cfg.gridDim = dim3(tiles, split);
   cfg.blockDim = dim3(32 * w);
   cfg.dynamicSmemBytes =
-      (WS & 16) ? (size_t)DEPTH * 8 * MT * G * 2 + ((WS & 32) ? (size_t)DEPTH * w * RT * 2 * (G / 64) * 256 : 0)
-      : (WS & 4) ? (size_t)DEPTH * TcTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)DEPTH * w * 2 * RT * (G / 64) * 256 : 0)
+      (WS & 4) ? (size_t)DEPTH * TcTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)DEPTH * w * 2 * RT * (G / 64) * 256 : 0)
                  : (size_t)DEPTH * WideTile<G, MT>::TILE * 2 + ((WS & 1) ? (size_t)w * DEPTH * RT * 2 * (G / 128) * 512 : 0);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -1483,11 +1171,7 @@ int launch_wide(const void* x, int sx, const void* qw, const void* s, const void
     if (e != cudaSuccess) cudaGetLastError();
     return (int)e;
   };
-  if constexpr ((WS & 16) != 0) {  // the WG kernel (prescaled arithmetic; warpgroups of 4 warps)
-    static_assert((WS == 18 || WS == 50) && MT >= 2, "WG variants: WS = 18 or 50 (WR), MT = 2, 4 or 8");
-    if (w != 4 && w != 8) return (int)cudaErrorInvalidValue;
-    return go(w4a16_wg_kernel<BF16, G, MT, RT, DEPTH, (WS & 32) != 0>);
-  } else if constexpr ((WS & 4) != 0) {  // the TC kernel (prescaled arithmetic only)
+  if constexpr ((WS & 4) != 0) {  // the TC kernel (prescaled arithmetic only)
     static_assert((WS & 2) && MT % 2 == 0, "TC variants: WS = 6 (register ring) or 7 (shared-memory ring), MT = 4 or 8");
     if ((WS & 8) && w > 4) return (int)cudaErrorInvalidValue;  // OCC: 128-thread launch bounds
     return go(w4a16_tc_kernel<BF16, G, MT, RT, DEPTH, (WS & 1) != 0, (WS & 8) ? 3 : 0>);
@@ -1684,15 +1368,6 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
 // 8, 2, 3, 15) at W = 4 takes 75 KB of shared memory, two CTAs an SM, and was kept because it timed fastest on
 // Llama-3-8B's gate_up at 64 rows among the TC configurations, benchmarks/results/h200_2026-12-04c/occ_layers.json);
 // the loader lists them with XS = 3 + WS (wb_w4mma_wide_variants).
-// WS = 18 (bit 4, with bit 1: prescaled): the WG kernel, in a library built for sm_90a with -DWB_WGMMA only; WS = 50
-// (bit 5 with them): its weights through a shared-memory ring (WR)
-#if defined(WB_WGMMA)
-#define WB_W4WG_VARIANTS(X)                                                                                   \
-  X(128, 2, 1, 4, 18) X(128, 4, 1, 4, 18) X(128, 4, 2, 4, 18) X(128, 8, 1, 4, 18) X(128, 8, 2, 4, 18)          \
-  X(128, 4, 1, 4, 50) X(128, 4, 2, 4, 50) X(128, 8, 1, 4, 50) X(128, 8, 2, 4, 50)
-#else
-#define WB_W4WG_VARIANTS(X)
-#endif
 #define WB_W4WIDE_VARIANTS(X)                                                                                 \
   X(64, 2, 1, 2, 0) X(64, 4, 1, 2, 0) X(64, 8, 1, 2, 0)                                                       \
   X(128, 2, 1, 4, 1) X(128, 4, 1, 4, 1) X(128, 8, 1, 2, 0) X(128, 8, 1, 3, 1)                                 \
@@ -1702,8 +1377,7 @@ extern "C" int wb_w4mma_launch(int bf16, int group, int mt, int rt, int depth, i
   X(64, 8, 1, 3, 6) X(128, 4, 1, 3, 6) X(128, 4, 2, 3, 6) X(128, 4, 1, 4, 6) X(128, 8, 1, 3, 6)               \
   X(128, 8, 1, 4, 6) X(128, 8, 2, 3, 6) X(128, 8, 2, 2, 6) X(256, 8, 1, 3, 6)                                 \
   X(128, 4, 1, 4, 7) X(128, 4, 2, 4, 7) X(128, 8, 1, 4, 7) X(128, 8, 2, 4, 7) X(128, 8, 2, 3, 7) X(128, 8, 1, 6, 7)  \
-  X(128, 8, 2, 2, 14) X(128, 8, 2, 3, 15) X(128, 4, 2, 3, 14) X(128, 4, 2, 4, 15)                              \
-  WB_W4WG_VARIANTS(X)
+  X(128, 8, 2, 2, 14) X(128, 8, 2, 3, 15) X(128, 4, 2, 3, 14) X(128, 4, 2, 4, 15)
 
 extern "C" int wb_w4mma_wide_launch(int bf16, int group, int mt, int rt, int depth, int wsm, int w, int split,
                                     const void* x,
