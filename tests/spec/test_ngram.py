@@ -110,40 +110,29 @@ def _repetitive_table(V=6, seed=0):
     return t
 
 
-class _PositionRunner:
+def _position_runner(toy, V=6, seed=0):
     """A Runner whose next-token logits depend on the last token and on the position mod 7 (a greedy path
-    that mostly cycles but breaks the cycle now and then, so n-gram drafts are both accepted and rejected)."""
+    that mostly cycles but breaks the cycle now and then, so n-gram drafts are both accepted and rejected):
+    conftest's ``TableRunner`` over a ``[V, 7, V]`` table."""
 
-    def __init__(self, V=6, seed=0):
-        g = torch.Generator().manual_seed(seed)
-        self.table = _repetitive_table(V, seed)[:, None, :] + 1.5 * torch.randn(V, 7, V, generator=g)
-        self.tokens, self.vocab_size, self.device = [], V, torch.device("cpu")
+    class PositionRunner(toy.TableRunner):
+        def extend(self, tokens):
+            t = torch.as_tensor(tokens).reshape(-1)
+            start = len(self.tokens)
+            self.tokens += t.tolist()
+            return self.table[t, (torch.arange(len(t)) + start) % 7]
 
-    def reset(self):
-        self.tokens = []
-
-    @property
-    def length(self):
-        return len(self.tokens)
-
-    def extend(self, tokens):
-        t = torch.as_tensor(tokens).reshape(-1)
-        start = len(self.tokens)
-        self.tokens += t.tolist()
-        return self.table[t, (torch.arange(len(t)) + start) % 7]
-
-    def truncate(self, length):
-        del self.tokens[length:]
-
-    def synchronize(self):
-        pass
+    g = torch.Generator().manual_seed(seed)
+    run = PositionRunner(_repetitive_table(V, seed)[:, None, :] + 1.5 * torch.randn(V, 7, V, generator=g))
+    run.vocab_size = V
+    return run
 
 
 @pytest.mark.parametrize("k,lo,hi", [(1, 1, 1), (3, 1, 3), (4, 2, 2)])
 def test_greedy_proposer_loop_equals_plain_decoding_and_replayed_counts(toy, k, lo, hi):
     """At temperature 0 the n-gram loop emits the target's greedy tokens, and its counters equal the
     token-level replay of vLLM's schedule on a continuation k tokens past the budget."""
-    t_run, prop = _PositionRunner(), NgramProposer(lo, hi)
+    t_run, prop = _position_runner(toy), NgramProposer(lo, hi)
     prompt = [0, 1, 2, 3, 0, 1]
     plain = autoregressive_generate(t_run, prompt, max_new_tokens=40 + k)
     out = speculative_generate(t_run, prop, prompt, config=SpecConfig(k=k, max_new_tokens=40))
@@ -210,7 +199,7 @@ def test_sampled_test_detects_wrong_draft_probability(toy, monkeypatch):
     assert _sampled_pvalue(toy, monkeypatch, lambda t, v, d: 0.5 * one_hot_probs(t, v, d)) < 0.01
 
 
-def test_run_spec_takes_the_ngram_draft():
+def test_run_spec_takes_the_ngram_draft(toy):
     """run_spec with an n-gram draft next to nothing else: rows with counters, the proposer loop, and NaN
     alignment (a proposer has no distribution to compare)."""
     import pandas as pd
@@ -219,12 +208,12 @@ def test_run_spec_takes_the_ngram_draft():
 
     prompts = pd.DataFrame({"prompt_id": [0, 1], "category": ["a", "b"],
                             "prompt_ids": [[0, 1, 2, 3, 0, 1], [2, 3, 4, 5, 0, 1, 2]]})
-    df = run_spec(_PositionRunner(), {"ngram-1-3": NgramProposer(1, 3)}, prompts, SpecConfig(k=3, max_new_tokens=24))
+    df = run_spec(_position_runner(toy), {"ngram-1-3": NgramProposer(1, 3)}, prompts, SpecConfig(k=3, max_new_tokens=24))
     assert len(df) == 2 and set(df.loop) == {"proposer"} and set(df.draft_runner) == {"proposer"}
     assert df.alpha_pred.isna().all() and (df.num_drafts > 0).all() and (df.n_new == 24).all()
 
 
-def test_sweep_takes_the_ngram_draft(tmp_path):
+def test_sweep_takes_the_ngram_draft(toy, tmp_path):
     """run_spec_sweep keys an n-gram point by its draft_key, stores it and resumes it (the second call reads
     the stored row)."""
     import pandas as pd
@@ -234,6 +223,6 @@ def test_sweep_takes_the_ngram_draft(tmp_path):
     prompts = pd.DataFrame({"prompt_id": [0], "category": ["a"], "prompt_ids": [[0, 1, 2, 3, 0, 1]]})
     drafts = {"ngram-1-3": make_draft(torch.nn.Linear(1, 1), "ngram-1-3")}
     kw = {"name": "ng", "root": tmp_path, "prompts_per_point": 1}
-    df = run_spec_sweep(_PositionRunner(), drafts, prompts, [SpecConfig(k=2, max_new_tokens=12)], **kw)
-    again = run_spec_sweep(_PositionRunner(), drafts, prompts, [SpecConfig(k=2, max_new_tokens=12)], **kw)
+    df = run_spec_sweep(_position_runner(toy), drafts, prompts, [SpecConfig(k=2, max_new_tokens=12)], **kw)
+    again = run_spec_sweep(_position_runner(toy), drafts, prompts, [SpecConfig(k=2, max_new_tokens=12)], **kw)
     assert len(df) == len(again) == 1 and df.num_drafts.iloc[0] == again.num_drafts.iloc[0] > 0

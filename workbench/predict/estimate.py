@@ -97,7 +97,7 @@ def predict(model, system: str, engine: str = "vllm", precision: str = "bf16", *
     if not batch_sizes or min(batch_sizes) < 1:
         raise ValueError(f"batch_sizes={batch_sizes!r} must be a non-empty sequence of integers >= 1")
     c = _common(model, system, engine, precision)
-    ds, ps = (c["stand"].decode_scale, c["stand"].prefill_scale) if c["stand"] else (1.0, 1.0)
+    ds, ps = _scales(c)
     rows = []
     for b in batch_sizes:
         r = _estimate(c, mode="static", batch_size=int(b), isl=int(isl), osl=int(osl), tp_size=int(tp))
@@ -108,6 +108,11 @@ def predict(model, system: str, engine: str = "vllm", precision: str = "bf16", *
                      "tokens_per_s_per_gpu": 1000.0 * b * osl / e2e / tp, "memory_gb": float(r.raw.get("memory", math.nan)),
                      "fits": r.kv_cache_warning is None})
     return pd.DataFrame(rows)
+
+
+def _scales(c: dict) -> tuple[float, float]:
+    """``(decode_scale, prefill_scale)`` of the stand-in system in ``c`` (see the module docstring), 1 without one."""
+    return (c["stand"].decode_scale, c["stand"].prefill_scale) if c["stand"] else (1.0, 1.0)
 
 
 def step_costs(model, system: str, engine: str = "vllm", precision: str = "bf16", *,
@@ -130,7 +135,7 @@ def step_costs(model, system: str, engine: str = "vllm", precision: str = "bf16"
         if not v or min(v) < 1:
             raise ValueError(f"{nm}={v!r} must be a non-empty sequence of integers >= 1")
     c = _common(model, system, engine, precision)
-    ds, ps = (c["stand"].decode_scale, c["stand"].prefill_scale) if c["stand"] else (1.0, 1.0)
+    ds, ps = _scales(c)
     rows = []
     for b in prefill_batches:
         for L in prompt_lens:
