@@ -207,8 +207,14 @@ def run(config: Config, *, model, data=None, engine="workbench", store=None, pro
         from workbench.pd import HardwareSpec
 
         hw = HardwareSpec.measure(place.device, copy_mb=config.copy_mb)
+        from workbench.pd import ModelSpec
+        from workbench.pd.profile import with_floors
+
         got = backend.run_pd(m, _tok, config, store=st, progress=progress)
         prof, cost, real, drift, cmp = (got[k] for k in ("profile", "cost", "real", "drift", "sim_vs_real"))
+        el = 4 if backend.dtype == "float32" else 2  # the server's weights and KV cache
+        prof = with_floors(prof, ModelSpec.from_hf_config(m.config, name=_name(m), bytes_per_param=el,
+                                                          bytes_per_kv=el), hw)
     else:
         hw, prof, runner, clock, sleep = profile_here(m, config, place)
         cost = CostModel.fit(prof)
