@@ -84,6 +84,25 @@ plots.plot_multiplicative(st.multiplicative).show()
 wbn.table(st.multiplicative)
 
 # %% [markdown]
+# ### The same request on vLLM (`WB_ENGINE=vllm`)
+# vLLM runs four of the combinations on this build: the base precision and the W4A16 export, each with and without
+# speculative decoding. Its drafting is n-gram prompt lookup (vLLM's draft-free method; the workbench rows above use
+# the self-draft), so the speculative rows compare deployments, not the same draft. The P/D rows need a KV
+# connector the CPU build cannot run. Differences are vLLM minus workbench.
+
+# %%
+if res.vllm is not None:
+    from workbench.studies.compare import side_by_side
+
+    vl = res.vllm.rename(columns={"decode_tokens_per_s": "decode_tok_s", "mean_ttft_ms": "ttft_ms",
+                                  "mean_tpot_ms": "tpot_ms"})
+    wb = st.points[["quantized", "speculative", "decode_tok_s", "ttft_ms", "tpot_ms", "alpha"]]
+    display(wbn.table(side_by_side({"workbench": wb, "vllm": vl}, on=["quantized", "speculative"],
+                                   metrics=["decode_tok_s", "ttft_ms", "tpot_ms", "alpha"])))
+else:
+    print("engine: the workbench only (WB_ENGINE=vllm adds vLLM's runs of the same request)")
+
+# %% [markdown]
 # ### The same 8 combinations on a 7B shape (timing only)
 # On a GPU with >= 40 GiB the study also times a published 7B shape with random weights (`cfg.timing_shape`, draft
 # `cfg.timing_draft`): its weights' bytes dominate a decode step, as they do for real 7B models. Random weights

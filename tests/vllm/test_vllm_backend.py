@@ -42,6 +42,22 @@ def test_registry_gives_the_vllm_backend(vllm_env):
     assert b.provenance()["vllm"].split()[1].startswith("0.32")
 
 
-def test_stack_is_refused_by_name():
-    with pytest.raises(NotImplementedError, match="KV connector"):
-        VLLMEngine().run_stack()
+def test_stack_w4a16_with_ngram_on_vllm_then_resume(vllm_env, default_model, tmp_path, monkeypatch):
+    """The stacked study's W4A16 + speculative combination on vLLM (one server: CI time): timed, its acceptance
+    read from /metrics on a prompt that repeats itself (n-gram lookup finds drafts), and served from the store
+    on a re-run without starting vLLM."""
+    from workbench.studies import stack as stack_study
+    from workbench.studies.base import Store
+
+    model, tok = default_model
+    cfg = stack_study.Config.from_name("smoke", device="cpu", gen_len=24, k=3)
+    prompt = tok("one two three four five six seven eight " * 4, add_special_tokens=False)["input_ids"]
+    eng = VLLMEngine(dtype="bfloat16", max_model_len=512)
+    df = eng.run_stack(model, tok, cfg, prompt, store=Store(tmp_path), repeats=2, combinations=((True, True),))
+    row = df.iloc[0]
+    assert len(df) == 1 and bool(row["quantized"]) and bool(row["speculative"]) and "error" not in df
+    assert row["decode_tokens_per_s"] > 0 and row["mean_ttft_ms"] > 0
+    assert row["tau"] >= 1 and 0 <= row["draft_acceptance_rate"] <= 1
+    monkeypatch.setattr("workbench.bridges.vllm_process.VllmServer.start", lambda self: pytest.fail("vLLM started"))
+    again = eng.run_stack(model, tok, cfg, prompt, store=Store(tmp_path), repeats=2, combinations=((True, True),))
+    assert again["decode_tokens_per_s"].tolist() == df["decode_tokens_per_s"].tolist()

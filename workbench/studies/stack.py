@@ -10,6 +10,9 @@ in FP8 and INT8, and the claims ledger.
   (speed only; its acceptance is the built-in pair's measured alpha, labelled ``synthetic``), else ``None``;
 * ``kv``, ``kv_speed``: KV-cache fidelity by context position and decode speed per cache format (trained
   weights only);
+* ``vllm`` (``engine="vllm"``): the combinations vLLM runs on this build (base precision and W4A16, with and
+  without n-gram drafting) at batch 1 on the same request (:meth:`VLLMEngine.run_stack
+  <workbench.studies.vllm_backend.VLLMEngine.run_stack>`), to set beside ``stack``; else ``None``;
 * ``ledger``: one row per published claim with the measurement that tests it and a verdict (or "not testable
   here" and why); ``evidence``: what the ledger read.
 """
@@ -117,6 +120,7 @@ class Result:
     ledger: pd.DataFrame | None
     evidence: dict | None = field(repr=False)
     config: Config = None
+    vllm: pd.DataFrame | None = None  # engine="vllm": the combinations vLLM runs, beside the workbench's (run_stack)
 
 
 def run(config: Config, *, model, data=None, engine="workbench", store=None, progress: bool = False) -> Result:
@@ -137,8 +141,6 @@ def run(config: Config, *, model, data=None, engine="workbench", store=None, pro
     st = resolve_store(store)
     placement(config)  # torch threads
     target, tok = as_model(model, config)
-    if not backend.in_process:
-        return backend.run_stack(target, tok, config, store=st)
     text = data if isinstance(data, str) else load_text("wikitext-2", "test")
     dev = str(next(target.parameters()).device)
     clock = clock_for(dev)[0]
@@ -158,7 +160,10 @@ def run(config: Config, *, model, data=None, engine="workbench", store=None, pro
     ledger = evidence = None
     if config.ledger:
         evidence, ledger = _ledger(target, tok, config, res, kv, text, st, dev, trained)
-    return Result(res, timing, kv, kv_speed, ledger, evidence, config)
+    vllm = None
+    if not backend.in_process:  # vLLM beside the workbench engine: the combinations it runs, on the same request
+        vllm = backend.run_stack(target, tok, config, prompt, store=st, progress=progress)
+    return Result(res, timing, kv, kv_speed, ledger, evidence, config, vllm)
 
 
 def _timing(config: Config, res, prompt, store, clock):

@@ -21,7 +21,8 @@ is keyed by the vLLM version and flags that produced it). The methods the studie
 * :meth:`run_pd` -- the P/D study's measured half against a vLLM server: its profile, the fitted cost model,
   and the simulator (vLLM's scheduler as the policy) against the server at three Poisson loads.
 
-Not here: :meth:`run_stack` raises ``NotImplementedError`` naming why.
+* :meth:`run_stack` -- the stacked study's combinations vLLM runs on this build (base precision and W4A16, each with
+  and without n-gram drafting) at batch 1; the P/D half needs a KV connector the CPU build cannot run.
 """
 
 from __future__ import annotations
@@ -280,12 +281,85 @@ class VLLMEngine:
                              **r["counters"], "generate_s": r["generate_s"]})
         return pd.DataFrame(rows)
 
-    def run_stack(self, *args, **kwargs):
-        """Not on this backend yet: the 8 combinations need vLLM's P/D connector (NixlConnector, GPU-only in the
-        CPU build) for half of them."""
-        raise NotImplementedError("engine='vllm' does not run the stacked study yet: its disaggregated half needs a "
-                                  "KV connector the CPU build lacks; run engine='workbench', and time the W4A16 and "
-                                  "speculative parts on vLLM with VLLMEngine.run_quant / spec_counters")
+    def run_stack(self, target, tok, config, prompt: list[int], *, store, repeats: int = 3, progress: bool = False,
+                  out_dir: str | Path | None = None,
+                  combinations=((False, False), (False, True), (True, False), (True, True))) -> pd.DataFrame:
+        """The stacked study's combinations that vLLM runs here, at batch 1 (``config``: a
+        ``workbench.studies.stack.Config``): the base precision (``self.dtype``) and W4A16 (RTN, groups of
+        ``config.group_size``, asymmetric, exported as compressed-tensors), each without speculation and with
+        n-gram drafting (``k = config.k``, prompt lookup 2-4): vLLM's own draft-free method, because the study's
+        self-draft served as a second model would run at the target's dense cost, not the draft's. ``prompt``: the
+        study's fixed request (token ids); each point serves it ``repeats`` times one after another
+        (:func:`workbench.pd.server.stream_completion`, ``config.gen_len`` tokens, ``ignore_eos``) and reads the
+        speculative counters of the window from ``/metrics``. Stored per point (a re-run serves only what is
+        missing). ``combinations``: ``(quantized, speculative)`` pairs to run (default all four).
+
+        One row per combination: ``quantized``, ``speculative``, ``label``, ``mean_ttft_ms``, ``mean_tpot_ms``,
+        ``decode_tokens_per_s`` (1000 / mean TPOT), ``e2e_ms``, for the speculative rows ``alpha``, ``tau`` and
+        ``draft_acceptance_rate`` (:func:`~workbench.bridges.vllm_metrics.read_spec_metrics`), and ``error`` where
+        vLLM refused the point. The four P/D combinations are left out: they need a KV connector the CPU build
+        cannot run (NixlConnector is GPU-only)."""
+        import json
+        import time
+
+        from workbench.bridges.export import export_compressed_tensors
+        from workbench.bridges.vllm_metrics import spec_metrics_delta
+        from workbench.bridges.vllm_process import VllmServer, VllmServerError
+        from workbench.pd.server import stream_completion
+        from workbench.quant import QuantConfig, quantize
+        from workbench.results import collect_provenance
+        from workbench.studies.base import slug
+
+        out = Path(out_dir or tempfile.mkdtemp(prefix="wb-vllm-stack-"))
+        ngram = {"method": "ngram", "num_speculative_tokens": int(config.k), "prompt_lookup_min": 2,
+                 "prompt_lookup_max": 4}
+        points = [{"quantized": bool(q), "speculative": bool(sp)} for q, sp in combinations]
+
+        def folder(quantized: bool) -> str:
+            if not quantized:
+                return model_folder(target, tok, out / "base")
+            dest = out / f"w4a16_g{config.group_size}"
+            if not (dest / "config.json").exists():
+                qm, _ = quantize(target, QuantConfig(method="rtn", bits=4, granularity="group",
+                                                     group_size=config.group_size, symmetric=False))
+                export_compressed_tensors(qm, dest, tok)
+            return str(dest)
+
+        def one(p):
+            label = ("W4A16" if p["quantized"] else self.dtype) + (" + n-gram spec" if p["speculative"] else "")
+            args = [*self.serve_args(), "--served-model-name", "wb-stack"]
+            args += ["--speculative-config", json.dumps(ngram)] if p["speculative"] else []
+            row = {"label": label, "k": int(config.k) if p["speculative"] else 0}
+            try:
+                with VllmServer(folder(p["quantized"]), args, venv=self.venv) as srv:
+                    stream_completion(srv.url, "wb-stack", prompt, config.gen_len)  # warm-up, untimed
+                    before = srv.metrics()
+                    ttft, tpot, e2e = [], [], []
+                    for _ in range(int(repeats)):
+                        t0, times, _n = stream_completion(srv.url, "wb-stack", prompt, config.gen_len)
+                        ttft.append(1e3 * (times[0] - t0))
+                        e2e.append(1e3 * (times[-1] - t0))
+                        tpot.append(1e3 * (times[-1] - times[0]) / max(config.gen_len - 1, 1))
+                    after = srv.metrics()
+            except VllmServerError as e:
+                return row | {"error": e.error}
+            row |= {"mean_ttft_ms": float(np.mean(ttft)), "mean_tpot_ms": float(np.mean(tpot)),
+                    "e2e_ms": float(np.mean(e2e)), "decode_tokens_per_s": 1000.0 / float(np.mean(tpot)),
+                    "startup_s": srv.startup_s, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            if p["speculative"]:
+                d = spec_metrics_delta(before, after).iloc[0]
+                row |= {"alpha": float(d["alpha"]), "tau": float(d["tau"]),
+                        "draft_acceptance_rate": float(d["draft_acceptance_rate"])}
+            return row
+
+        prov = collect_provenance(target, seed=config.seed, engine=self.provenance(),
+                                  data={"prompt_ids": list(map(int, prompt)), "gen_len": config.gen_len,
+                                        "repeats": repeats, "group_size": config.group_size, "k": config.k})
+        rows = store.sweep(slug(f"stack_vllm_{Path(model_folder(target, tok, out / 'base')).name}"), points, one,
+                           provenance=prov, progress=progress)
+        from workbench.results import STORE_COLUMNS
+
+        return rows.drop(columns=list(STORE_COLUMNS), errors="ignore")
 
     def run_pd(self, model, tok, config, *, store, progress: bool = True) -> dict:
         """The P/D study's measured half on a vLLM server (``config``: a ``workbench.studies.pd.Config``): the
