@@ -329,7 +329,7 @@ class VLLMEngine:
             label = ("W4A16" if p["quantized"] else self.dtype) + (" + n-gram spec" if p["speculative"] else "")
             args = [*self.serve_args(), "--served-model-name", "wb-stack"]
             args += ["--speculative-config", json.dumps(ngram)] if p["speculative"] else []
-            row = {"label": label, "k": int(config.k) if p["speculative"] else 0}
+            row = {**p, "label": label, "k": int(config.k) if p["speculative"] else 0}
             try:
                 with VllmServer(folder(p["quantized"]), args, venv=self.venv) as srv:
                     stream_completion(srv.url, "wb-stack", prompt, config.gen_len)  # warm-up, untimed
