@@ -401,8 +401,12 @@ class VLLMEngine:
         pcfg = {"prompt_lens": tuple(budget // d for d in (8, 4, 2, 1)), "max_step_tokens": budget,
                 "decode_batches": tuple(b for b in (1, 2, 4, 8, 16, 32) if b <= seqs),
                 "context_lens": (config.loop_prompt,), "repeats": 2 if config.size == "smoke" else 3}
-        prov = collect_provenance(model, seed=config.seed, engine=self.provenance() | {"serve_args": args})
+        # the workload's shape is part of every point's identity (a different one re-measures)
+        shape = {k: getattr(config, k) for k in ("loop_requests", "loop_prompt", "loop_output_max", "seed")}
+        prov = collect_provenance(model, seed=config.seed, engine=self.provenance() | {"serve_args": args},
+                                  data={"workload": shape})
         name = slug(f"pd_vllm_{Path(folder).name}")
+
         def workload(rate):
             return generate_workload(WorkloadConfig(
                 n_requests=config.loop_requests, rate=rate, prompt=LengthDist("fixed", config.loop_prompt),
