@@ -3,7 +3,9 @@
 The fake streams a completion as a server whose requests never share steps would: the first chunk after
 ``A + B * prompt_len`` ms, then one chunk every ``D`` ms. The profile must recover ``A``, ``B`` and ``D`` and
 the workload's TTFT / TPOT must equal them; a planted bug (TPOT taken over all ``n`` tokens instead of the
-``n - 1`` gaps) shows the TPOT check has the power to fail."""
+``n - 1`` gaps) shows the TPOT check has the power to fail. The step times are long (100-350 ms) and the bounds
+relative, because a loaded 2-core machine delays a sleeping thread by tens of ms (a +25 ms bound on a 140 ms step
+failed once beside another job); the minimum over repeats is checked, since delays only add."""
 
 import json
 import threading
@@ -17,7 +19,7 @@ from workbench.pd import CostModel
 from workbench.pd import server as srv
 from workbench.pd.sim import LengthDist, WorkloadConfig, generate_workload
 
-A_MS, B_MS, D_MS = 40.0, 0.25, 30.0
+A_MS, B_MS, D_MS = 150.0, 0.5, 100.0
 
 
 class Fake(BaseHTTPRequestHandler):
@@ -54,30 +56,30 @@ def url():
 
 def test_profile_recovers_the_step_times(url):
     prof = srv.profile_server(url, "m", vocab=5000, prompt_lens=(40, 200, 400), prefill_batches=(1,),
-                              decode_batches=(1, 2, 4), context_lens=(32,), decode_tokens=6, repeats=2, warmup=0)
+                              decode_batches=(1, 2, 4), context_lens=(32,), decode_tokens=6, repeats=3, warmup=0)
     assert set(prof["phase"]) == {"prefill", "decode"} and len(prof) == 6
-    pre = prof[prof["phase"] == "prefill"].set_index("seq_len")["ms"]
-    for L in (40, 200, 400):  # HTTP and thread overhead on a loaded 2-core machine: a few ms
-        assert A_MS + B_MS * L <= pre[L] <= A_MS + B_MS * L + 25
-    dec = prof[prof["phase"] == "decode"]["ms"]
-    assert ((dec >= D_MS) & (dec <= D_MS + 10)).all()
+    pre = prof[prof["phase"] == "prefill"].set_index("seq_len")["ms_min"]
+    for L in (40, 200, 400):
+        assert A_MS + B_MS * L <= pre[L] <= 1.3 * (A_MS + B_MS * L)
+    dec = prof[prof["phase"] == "decode"]["ms_min"]
+    assert ((dec >= 0.9 * D_MS) & (dec <= 1.3 * D_MS)).all()
     cost = CostModel.fit(prof)
-    assert cost.b == pytest.approx(B_MS, rel=0.3) and cost.prefill_ms(100, 0) == pytest.approx(A_MS + 100 * B_MS, rel=0.3)
+    assert cost.prefill_ms(200, 0) == pytest.approx(A_MS + 200 * B_MS, rel=0.3)
 
 
 def test_workload_ttft_and_tpot_are_the_known_step_times(url):
     wl = generate_workload(WorkloadConfig(n_requests=6, rate=20.0, prompt=LengthDist("fixed", 80),
-                                          output=LengthDist("uniform", low=3, high=6), seed=0))
+                                          output=LengthDist("uniform", low=4, high=6), seed=0))
     df = srv.run_workload(url, "m", wl, vocab=5000)
     assert len(df) == 6 and (df["output_len"].to_numpy() == wl.output_len).all()
     assert (df["completion_tokens"].to_numpy() == wl.output_len).all()
     assert np.allclose(df["arrival_s"], wl.arrival_s, atol=0.05)  # sent on time
     ttft = A_MS + B_MS * 80
-    assert ((df["ttft_ms"] >= ttft) & (df["ttft_ms"] <= ttft + 25)).all()
-    assert ((df["tpot_ms"] >= D_MS) & (df["tpot_ms"] <= D_MS + 10)).all()
-    # planted bug: (E2E - TTFT) / n instead of / (n - 1) misses D by a whole step share: below D for every request
+    assert ((df["ttft_ms"] >= ttft) & (df["ttft_ms"] <= 1.3 * ttft)).all()
+    assert ((df["tpot_ms"] >= 0.9 * D_MS) & (df["tpot_ms"] <= 1.3 * D_MS)).all()
+    # planted bug: (E2E - TTFT) / n instead of / (n - 1) (at most 5/6 of D here) fails the same check
     bug = (df["e2e_ms"] - df["ttft_ms"]) / df["output_len"]
-    assert (bug < D_MS - 4).all()
+    assert not ((bug >= 0.9 * D_MS) & (bug <= 1.3 * D_MS)).all()
 
 
 def test_a_server_that_stops_early_is_named(url, monkeypatch):
