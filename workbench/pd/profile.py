@@ -28,7 +28,7 @@ from workbench.device import resolve_device
 from workbench.pd.hardware import HardwareSpec
 from workbench.validate import check_field_types
 
-__all__ = ["ProfileConfig", "drift_check", "extend", "make_runner", "run_profile", "with_floors"]
+__all__ = ["ProfileConfig", "drift_check", "drift_rows", "extend", "make_runner", "run_profile", "with_floors"]
 
 
 @dataclass(frozen=True)
@@ -180,17 +180,27 @@ def drift_check(runner, profile: pd.DataFrame, config: ProfileConfig = ProfileCo
     job, a frequency change)? One row per point: ``phase``, ``batch``, ``seq_len``, ``ms_profile``,
     ``ms_now`` (medians) and ``drift_pct = 100 (ms_now / ms_profile - 1)``. Raises ``ValueError``
     when ``profile`` lacks a phase."""
-    rows = []
     g = torch.Generator().manual_seed(config.seed + 1)
+    return drift_rows(profile, lambda phase, ref: _time_point(runner, phase, int(ref["batch"]), int(ref["seq_len"]),
+                                                              config, clock, g)["ms"])
+
+
+def drift_rows(profile: pd.DataFrame, retime) -> pd.DataFrame:
+    """The drift check's frame: for each phase, the profile's largest point (prefill by ``n_tokens``, decode by
+    ``kv_tokens``, then ``batch``) re-timed by ``retime(phase, ref_row) -> ms``; columns ``phase``, ``batch``,
+    ``seq_len``, ``ms_profile``, ``ms_now``, ``drift_pct = 100 (ms_now / ms_profile - 1)``. Shared by
+    :func:`drift_check` (this engine) and :func:`workbench.pd.server.drift_check` (a server). Raises
+    ``ValueError`` when ``profile`` lacks a phase."""
+    rows = []
     for phase, size in (("prefill", "n_tokens"), ("decode", "kv_tokens")):
         part = profile[profile["phase"] == phase]
         if part.empty:
             raise ValueError(f"drift_check: the profile has no {phase} rows")
         ref = part.sort_values([size, "batch"]).iloc[-1]
-        now = _time_point(runner, phase, int(ref["batch"]), int(ref["seq_len"]), config, clock, g)
+        now = float(retime(phase, ref))
         rows.append({"phase": phase, "batch": int(ref["batch"]), "seq_len": int(ref["seq_len"]),
-                     "ms_profile": float(ref["ms"]), "ms_now": now["ms"],
-                     "drift_pct": 100.0 * (now["ms"] / float(ref["ms"]) - 1.0)})
+                     "ms_profile": float(ref["ms"]), "ms_now": now,
+                     "drift_pct": 100.0 * (now / float(ref["ms"]) - 1.0)})
     return pd.DataFrame(rows)
 
 

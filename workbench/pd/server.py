@@ -192,18 +192,12 @@ def drift_check(url: str, model: str, profile: pd.DataFrame, *, vocab: int, deco
                 clock=time.perf_counter) -> pd.DataFrame:
     """:func:`workbench.pd.profile.drift_check` for a server: the profile's largest prefill and decode points
     re-timed now (same repeats); one row per phase with ``ms_profile``, ``ms_now`` and ``drift_pct``."""
-    rng, rows = np.random.default_rng(seed), []
-    for phase, size in (("prefill", "n_tokens"), ("decode", "kv_tokens")):
-        part = profile[profile["phase"] == phase]
-        if part.empty:
-            raise ValueError(f"drift_check: the profile has no {phase} rows")
-        ref = part.sort_values([size, "batch"]).iloc[-1]
-        now = _time_point(url, model, phase, int(ref["batch"]), int(ref["seq_len"]), decode_tokens,
-                          int(ref.get("repeats", 3)), rng, vocab, clock)
-        rows.append({"phase": phase, "batch": int(ref["batch"]), "seq_len": int(ref["seq_len"]),
-                     "ms_profile": float(ref["ms"]), "ms_now": now["ms"],
-                     "drift_pct": 100.0 * (now["ms"] / float(ref["ms"]) - 1.0)})
-    return pd.DataFrame(rows)
+    from workbench.pd.profile import drift_rows
+
+    rng = np.random.default_rng(seed)
+    return drift_rows(profile, lambda phase, ref: _time_point(url, model, phase, int(ref["batch"]), int(ref["seq_len"]),
+                                                              decode_tokens, int(ref.get("repeats", 3)), rng, vocab,
+                                                              clock)["ms"])
 
 
 def run_workload(url: str, model: str, workload: Workload, *, vocab: int, seed: int = 0,

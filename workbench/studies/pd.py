@@ -204,12 +204,10 @@ def run(config: Config, *, model, data=None, engine="workbench", store=None, pro
     m, _tok = as_model(model, config)
     real = drift = cmp = None
     if not backend.in_process:  # the server is profiled and checked over HTTP (VLLMEngine.run_pd)
-        from workbench.pd import HardwareSpec
-
-        hw = HardwareSpec.measure(place.device, copy_mb=config.copy_mb)
-        from workbench.pd import ModelSpec
+        from workbench.pd import HardwareSpec, ModelSpec
         from workbench.pd.profile import with_floors
 
+        hw = HardwareSpec.measure(place.device, copy_mb=config.copy_mb)
         got = backend.run_pd(m, _tok, config, store=st, progress=progress)
         prof, cost, real, drift, cmp = (got[k] for k in ("profile", "cost", "real", "drift", "sim_vs_real"))
         el = 4 if backend.dtype == "float32" else 2  # the server's weights and KV cache

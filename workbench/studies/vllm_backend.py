@@ -307,7 +307,7 @@ class VLLMEngine:
         from workbench.bridges.vllm_process import VllmServer, VllmServerError
         from workbench.pd.server import stream_completion
         from workbench.quant import QuantConfig, quantize
-        from workbench.results import collect_provenance
+        from workbench.results import STORE_COLUMNS, collect_provenance
         from workbench.studies.base import slug
 
         out = Path(out_dir or tempfile.mkdtemp(prefix="wb-vllm-stack-"))
@@ -315,9 +315,11 @@ class VLLMEngine:
                  "prompt_lookup_max": 4}
         points = [{"quantized": bool(q), "speculative": bool(sp)} for q, sp in combinations]
 
+        base = model_folder(target, tok, out / "base")  # the model's own folder when it has one on disk
+
         def folder(quantized: bool) -> str:
             if not quantized:
-                return model_folder(target, tok, out / "base")
+                return base
             dest = out / f"w4a16_g{config.group_size}"
             if not (dest / "config.json").exists():
                 qm, _ = quantize(target, QuantConfig(method="rtn", bits=4, granularity="group",
@@ -355,10 +357,8 @@ class VLLMEngine:
         prov = collect_provenance(target, seed=config.seed, engine=self.provenance(),
                                   data={"prompt_ids": list(map(int, prompt)), "gen_len": config.gen_len,
                                         "repeats": repeats, "group_size": config.group_size, "k": config.k})
-        rows = store.sweep(slug(f"stack_vllm_{Path(model_folder(target, tok, out / 'base')).name}"), points, one,
+        rows = store.sweep(slug(f"stack_vllm_{Path(base).name}"), points, one,
                            provenance=prov, progress=progress)
-        from workbench.results import STORE_COLUMNS
-
         return rows.drop(columns=list(STORE_COLUMNS), errors="ignore")
 
     def run_pd(self, model, tok, config, *, store, progress: bool = True) -> dict:
