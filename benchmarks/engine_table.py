@@ -13,7 +13,9 @@
 after a device synchronize), ms per step as median with p10 / p90 (the noise); ``floor_ms`` is the weight bytes one
 step reads (``Engine.weight_bytes``) over the read bandwidth measured here (CPU: a one-pass ``sum`` of 512 MB on
 the same threads; CUDA: :func:`workbench.kernels.bandwidth.measure_read_bw`). The JSON records date (UTC), device,
-git commit, the command, versions, the ``EngineConfig`` and each engine's ``route_key`` and route table.
+git commit, the command, versions, the ``EngineConfig`` and each engine's ``route_key`` and route table
+(at every timed batch and a 512-token prefill, before and after the timings; each row's ``kernels``: the kernels its
+step ran).
 """
 
 from __future__ import annotations
@@ -156,13 +158,19 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         eng = build_engine(a.model, impl, device, max(batches), a.context + a.warmup + a.steps + 1, config)
         build_s = time.perf_counter() - t0
-        out["routes"][impl] = {"route_key": eng.route_key(), "route_table": eng.route_table().to_dict("records")}
+        rows = sorted(set(batches) | {512})
+        out["routes"][impl] = {"route_key": eng.route_key(rows),
+                               "route_table": eng.route_table(rows).to_dict("records")}
         for b in batches:
-            r = {"impl": impl, "build_s": build_s, "route_key": eng.route_key(), **time_decode(eng, b, a.context,
-                                                                                              a.warmup, a.steps)}
+            timed = time_decode(eng, b, a.context, a.warmup, a.steps)
+            # the kernels this batch's step ran (after its timing: kernels routed by a measurement show the outcome)
+            kernels = "+".join(sorted(set(eng.route_table([b])["kernel"])))
+            r = {"impl": impl, "build_s": build_s, "route_key": eng.route_key(), "kernels": kernels, **timed}
             r["floor_ms"] = eng.weight_bytes() / out["floor"]["bw_Bps"] * 1e3
             out["rows"].append(r)
             print(json.dumps(r), flush=True)
+        # route table again after the timings, for the kernels chosen by a measurement at each batch
+        out["routes"][impl]["route_table_after"] = eng.route_table(rows).to_dict("records")
         del eng
         if device.type == "cuda":
             torch.cuda.empty_cache()
