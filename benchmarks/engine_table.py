@@ -133,6 +133,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--pdl", choices=("on", "off"), default="on",
+                    help="EngineConfig.pdl: programmatic dependent launch of the CUDA kernels (off: an A/B)")
     ap.add_argument("--out", default=None, help="folder for engine_table.json (default: print only)")
     a = ap.parse_args(argv)
     from workbench.engine import EngineConfig
@@ -145,7 +147,7 @@ def main(argv=None) -> dict:
     if bad:
         raise SystemExit(f"--impls {bad} unknown; use some of {IMPLS}")
     batches = [int(b) for b in a.batches.split(",")]
-    config = EngineConfig.from_env()
+    config = EngineConfig.from_env(pdl=a.pdl == "on")
     import transformers
 
     out = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -5,11 +5,11 @@ computes, and the knob must be restored whatever happens inside the capture."""
 import pytest
 import torch
 
-from workbench.engine import Engine, int4
+from workbench.engine import Engine, EngineConfig, int4
 from workbench.engine import engine as engine_mod
 from workbench.engine.int4 import Int4Linear
 from workbench.engine.runtime import InputScaled
-from workbench.kernels import w4a16_mma
+from workbench.kernels import common, w4a16_mma
 
 TINY = {"model_type": "qwen2", "vocab_size": 256, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
@@ -17,12 +17,25 @@ TINY = {"model_type": "qwen2", "vocab_size": 256, "hidden_size": 256, "intermedi
 
 def test_pdl_knob_is_restored_after_an_error(monkeypatch):
     monkeypatch.setattr(w4a16_mma, "PDL_MAX_MT", 8)
-    with pytest.raises(RuntimeError, match="inside"), engine_mod._w4mma_pdl_max_mt(1):
-        assert w4a16_mma.PDL_MAX_MT == 1
+    monkeypatch.setattr(common, "PDL_ENABLED", True)
+    with pytest.raises(RuntimeError, match="inside"), engine_mod._launch(False, 1):
+        assert w4a16_mma.PDL_MAX_MT == 1 and common.PDL_ENABLED is False
         raise RuntimeError("inside")
-    assert w4a16_mma.PDL_MAX_MT == 8
-    with engine_mod._w4mma_pdl_max_mt(None):  # None leaves the module's value
-        assert w4a16_mma.PDL_MAX_MT == 8
+    assert w4a16_mma.PDL_MAX_MT == 8 and common.PDL_ENABLED is True
+    with engine_mod._launch(None, None):  # None leaves the module's values
+        assert w4a16_mma.PDL_MAX_MT == 8 and common.PDL_ENABLED is True
+
+
+def test_engine_config_pdl_reaches_the_kernels_launch_check(monkeypatch):
+    # EngineConfig(pdl=False) replaces WB_PDL=0: every step of the engine runs with the kernels' PDL switch off
+    seen = []
+    monkeypatch.setattr(engine_mod, "forward", lambda *a, **k: seen.append(common.PDL_ENABLED))
+    eng = Engine.from_config(TINY, max_batch=1, max_seq=16, device="cpu", config=EngineConfig(pdl=False))
+    eng._pdl = False  # what a CUDA engine holds (a CPU engine leaves the kernel modules alone: None)
+    eng._forward(None, None, None, True, False)
+    assert seen == [False] and common.PDL_ENABLED is True  # restored after the step
+    with pytest.raises(TypeError, match="pdl"):
+        EngineConfig(pdl="0")
 
 
 def test_no_pdl_change_without_int4_mma_weights_or_for_few_rows():

@@ -1,7 +1,8 @@
 """``EngineConfig``: every setting that changes which kernel runs a matmul, as one frozen value.
 
 It replaces the kernel environment switches and module constants of earlier versions
-(``WORKBENCH_INT4_MMA``, ``WORKBENCH_DENSE_MMA``, ``WORKBENCH_INT4_MMA_ROWS_TC``, ...). Users set one variable,
+(``WORKBENCH_INT4_MMA``, ``WORKBENCH_DENSE_MMA``, ``WORKBENCH_INT4_MMA_ROWS_TC``, ``WB_PDL``, ``WORKBENCH_W4MMA``,
+...). Users set one variable,
 ``WORKBENCH_DISABLED_KERNELS`` (a comma list of kernel names from :data:`workbench.engine.routing.KERNELS`,
 e.g. ``w4a16-mma,dense-mma``), read by :meth:`EngineConfig.from_env`. An engine keeps its config
 (``Engine.config``); its :meth:`~workbench.engine.Engine.route_table` says which kernel each matmul got, and
@@ -43,6 +44,9 @@ class EngineConfig:
     w4a16_mma_rows: int = 16
     # CUDA: rows (lo, hi) for which a bf16 weight may take the dense MMA kernel (routed by measurement per shape)
     dense_mma_rows: tuple[int, int] = (2, 8)
+    # CUDA, compute capability >= 9.0: the package's kernels launch with programmatic dependent launch (a kernel's
+    # prologue overlaps the previous kernel's tail; PTX ``griddepcontrol``); False launches them plain (an A/B)
+    pdl: bool = True
 
     def __post_init__(self):
         from workbench.engine.routing import FALLBACKS, kernel_names  # the registry lives beside the kernels
@@ -68,6 +72,8 @@ class EngineConfig:
         if not 1 <= lo <= hi <= 64:
             raise ValueError(f"dense_mma_rows={self.dense_mma_rows} must satisfy 1 <= lo <= hi <= 64")
         object.__setattr__(self, "dense_mma_rows", (lo, hi))
+        if not isinstance(self.pdl, bool):
+            raise TypeError(f"pdl={self.pdl!r} must be True or False")
 
     @classmethod
     def from_env(cls, **overrides) -> EngineConfig:

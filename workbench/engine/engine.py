@@ -45,14 +45,20 @@ from workbench.engine.rope import rope_tables, round_up
 from workbench.engine.weights import ModelWeights, random_weights, weights_from_hf
 
 
-class _w4mma_pdl_max_mt:
-    """``with _w4mma_pdl_max_mt(v):`` sets :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` to ``v`` (None: leaves
-    it) for the block (a graph capture) and restores it after."""
+class _launch:
+    """``with _launch(pdl, max_mt):`` sets :data:`workbench.kernels.common.PDL_ENABLED` to ``pdl`` (the engine's
+    ``EngineConfig.pdl``) and :data:`workbench.kernels.w4a16_mma.PDL_MAX_MT` to ``max_mt`` (None: leaves it) for the
+    block (a step, or a graph capture, whose launches keep the setting) and restores both after, whatever happens
+    inside. A CPU engine's steps never touch the kernel modules (``pdl`` None there)."""
 
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, pdl: bool | None, max_mt: int | None = None):
+        self.pdl, self.value = pdl, max_mt
 
     def __enter__(self):
+        if self.pdl is not None:
+            from workbench.kernels import common
+
+            self.old_pdl, common.PDL_ENABLED = common.PDL_ENABLED, self.pdl
         if self.value is not None:
             from workbench.kernels import w4a16_mma
 
@@ -63,6 +69,10 @@ class _w4mma_pdl_max_mt:
             from workbench.kernels import w4a16_mma
 
             w4a16_mma.PDL_MAX_MT = self.old
+        if self.pdl is not None:
+            from workbench.kernels import common
+
+            common.PDL_ENABLED = self.old_pdl
 
 
 def default_w4a16_backend(device: torch.device) -> str:
@@ -124,6 +134,7 @@ class Engine:
             raise ValueError(f"max_batch={max_batch} and max_seq={max_seq} must be >= 1")
         self.spec, self.w, self.dtype, self.device = spec, weights, dtype, device
         self.engine_config = config or EngineConfig()  # the kernels routing may choose (route_table says which)
+        self._pdl = self.engine_config.pdl if device.type == "cuda" else None  # set around each step (_launch)
         self.tuning: dict = {}  # route measurements of this engine's matmuls (dense-mma / w4a16-mma vs the others)
         for m in _leaves(weights.matmuls()):
             if hasattr(m, "tuning"):
@@ -389,8 +400,9 @@ class Engine:
         return hit
 
     def _forward(self, slots, tokens, n_valid, prefix: bool, last: bool, kv_len: int | None = None) -> torch.Tensor:
-        """One step (:func:`workbench.engine.forward.forward`)."""
-        return forward(self, slots, tokens, n_valid, prefix, last, kv_len)
+        """One step (:func:`workbench.engine.forward.forward`), its kernels launched as ``EngineConfig.pdl`` says."""
+        with _launch(self._pdl):
+            return forward(self, slots, tokens, n_valid, prefix, last, kv_len)
 
     def _replay(self, key, slots_d, tok_d, nv_d) -> torch.Tensor:
         entry = self._graphs.get(key)
@@ -416,7 +428,7 @@ class Engine:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         mt = self._pdl_max_mt(b * t)
-        with _w4mma_pdl_max_mt(mt):
+        with _launch(self._pdl, mt):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
                 out = self._forward(st["slots"], st["tokens"], st["nv"], prefix, last)

@@ -17,5 +17,5 @@ Each kernel has a plain-torch reference (:mod:`workbench.engine.ops`, or a ``ref
 its module); the engine uses the reference on CPU and the kernel on CUDA, and tests run the kernels
 through Triton's CPU interpreter against them (the compiled kernels on a GPU machine). Which kernel runs
 each matmul of a step: :mod:`workbench.engine.dispatch`. On Hopper the kernels launch with programmatic
-dependent launch (``WB_PDL=0`` turns it off).
+dependent launch (``EngineConfig(pdl=False)`` turns it off).
 """

@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-PDL_ENABLED = os.environ.get("WB_PDL", "1") not in ("0", "false", "False")
+# programmatic dependent launch on; the engine sets it from EngineConfig.pdl around each step (engine._launch)
+PDL_ENABLED = True
 
 
 def interpret() -> bool:
@@ -41,7 +42,7 @@ def sm_count(index: int) -> int:
 
 def use_pdl(device: torch.device) -> bool:
     """Launch with programmatic dependent launch (CUDA, compute capability >= 9.0, not the interpreter;
-    ``WB_PDL=0`` or ``PDL_ENABLED = False`` turns it off). See ``griddepcontrol`` in the PTX ISA; Triton's
+    :data:`PDL_ENABLED`, which an engine sets from ``EngineConfig.pdl``, False turns it off). See ``griddepcontrol`` in the PTX ISA; Triton's
     ``gdc_wait``."""
     return (PDL_ENABLED and device.type == "cuda" and not interpret() and torch.version.hip is None
             and _pdl_capable(device.index if device.index is not None else torch.cuda.current_device()))

@@ -55,18 +55,13 @@ SEM_LEN = 16384  # column tiles a split launch can count (one int32 counter each
 ABI = 3  # the library's launch signature (wb_w4mma_abi; 2: the act argument of the SwiGLU epilogue; 3: ks_max takes XS)
 # Programmatic dependent launch for the INT4 launches of at most this many 8-row tiles (MT); larger tiles launch plain.
 # An early-launched CTA waits at griddepcontrol.wait holding its registers and shared memory, which the previous
-# kernel's later waves need (the same trade as fused._small_pdl). WB_W4MMA_PDL_MAX_MT (default 8: every launch, as
-# before) sets it at import; gemm reads it at every launch, and Engine._capture sets it for a capture (its PDL A/B).
-PDL_MAX_MT = int(os.environ.get("WB_W4MMA_PDL_MAX_MT", "8"))
+# kernel's later waves need (the same trade as fused._small_pdl). 8: every launch; gemm reads it at every launch,
+# and Engine._capture sets it for a capture (Engine._pdl_max_mt).
+PDL_MAX_MT = 8
 ACTS = {"none": 0, "swiglu": 1}  # output epilogues: none, or SwiGLU on a [gate | up] weight (see gemm)
 _MAGIC = {torch.bfloat16: (0x43004300, 128.0), torch.float16: (0x64006400, 1024.0)}
 _BEST: dict = {}
 _STATE: dict = {}
-
-
-def enabled() -> bool:
-    """``WORKBENCH_W4MMA`` is not "0" (read at call time)."""
-    return os.environ.get("WORKBENCH_W4MMA", "1").strip() not in ("0", "false", "False")
 
 
 def _cache_dir() -> Path:
@@ -181,12 +176,12 @@ def _lib(device: torch.device, build_it: bool = True):
 
 
 def available(device, build: bool = True) -> bool:
-    """The kernel can run on ``device``: CUDA, not switched off (``WORKBENCH_W4MMA=0``), and the library built
+    """The kernel can run on ``device``: CUDA (not ROCm) and the library built
     (or prebuilt) and loaded. With ``build`` (an INT4 layer needs it) the first call may compile it (about 80 s on
     16 cores, printed); without, only a library built before counts. :func:`why_unavailable` says why not."""
     device = torch.device(device)
-    if device.type != "cuda" or not enabled() or torch.version.hip is not None:
-        _STATE["why"] = "not a CUDA device" if device.type != "cuda" else "switched off (WORKBENCH_W4MMA=0)"
+    if device.type != "cuda" or torch.version.hip is not None:
+        _STATE["why"] = "not a CUDA device" if device.type != "cuda" else "ROCm (the library is CUDA C++)"
         return False
     return _lib(device, build) is not None
 
