@@ -106,6 +106,25 @@ def build_engine(model: str, impl: str, device: torch.device, max_batch: int, ma
     return convert_for_runtime(m, max_batch=max_batch, max_seq=max_seq, dtype=dtype, device=device, config=config)
 
 
+def tuned_choices() -> dict:
+    """What the CUDA tuners chose in this process (shape key -> configuration) per kernel module, for the route
+    table's ``config`` detail: which variants of a kernel the timings ran."""
+    import importlib
+
+    out = {}
+    for mod, names in (("w4a16_mma", ("_BEST", "_DENSE_BEST")), ("rows", ("_BEST",)), ("gemv", ("_BEST",)),
+                       ("w4a16", ("_BEST",))):
+        try:
+            m = importlib.import_module(f"workbench.kernels.{mod}")
+        except ImportError:  # a kernel module removed, or triton missing
+            continue
+        for name in names:
+            d = getattr(m, name, None)
+            if d:
+                out[f"{mod}.{name}"] = {str(k): str(v) for k, v in d.items()}
+    return out
+
+
 def time_decode(eng, batch: int, context: int, warmup: int, steps: int) -> dict:
     """ms per decode step of ``batch`` rows after a ``context``-token prompt in each slot."""
     dev = eng.device
@@ -173,6 +192,8 @@ def main(argv=None) -> dict:
             print(json.dumps(r), flush=True)
         # route table again after the timings, for the kernels chosen by a measurement at each batch
         out["routes"][impl]["route_table_after"] = eng.route_table(rows).to_dict("records")
+        if device.type == "cuda":
+            out["routes"][impl]["tuned"] = tuned_choices()
         del eng
         if device.type == "cuda":
             torch.cuda.empty_cache()
