@@ -8,7 +8,7 @@
 ``--model``: the built-in model (real weights; quantized by :func:`workbench.quant.quantize`, RTN, then built with
 :func:`workbench.quant.convert_for_runtime`) or ``random:<shape>`` (random weights, speed only: bf16 through
 ``Engine.from_config``, W4A16 RTN g128 drawn layer by layer on the device). Impls: ``fp32`` / ``bf16`` (dense),
-``w8a16`` (RTN INT8 per channel, symmetric), ``w4a16`` (RTN INT4 g128; bf16 activations). Each point: a prompt of
+``w8a16`` (RTN INT8 per channel, symmetric), ``w4a16`` (RTN INT4, ``--group-size`` 128; bf16 activations). Each point: a prompt of
 ``--context`` tokens per slot, ``--warmup`` decode steps, then ``--steps`` timed steps of ``batch`` rows (wall clock,
 after a device synchronize), ms per step as median with p10 / p90 (the noise); ``floor_ms`` is the weight bytes one
 step reads (``Engine.weight_bytes``) over the read bandwidth measured here (CPU: a one-pass ``sum`` of 512 MB on
@@ -81,8 +81,9 @@ def _wall(fn, device) -> float:
     return time.perf_counter() - t0
 
 
-def build_engine(model: str, impl: str, device: torch.device, max_batch: int, max_seq: int, config):
-    """The engine for ``impl`` of ``model`` (see the module docstring)."""
+def build_engine(model: str, impl: str, device: torch.device, max_batch: int, max_seq: int, config,
+                 group_size: int = 128):
+    """The engine for ``impl`` of ``model`` (see the module docstring); ``group_size``: the W4A16 group."""
     from workbench.engine import Engine
 
     if model.startswith("random:"):
@@ -92,14 +93,15 @@ def build_engine(model: str, impl: str, device: torch.device, max_batch: int, ma
             raise ValueError(f"--impls {impl} takes a real model (quantize); random shapes take fp32, bf16, w4a16")
         dtype = torch.float32 if impl == "fp32" else torch.bfloat16
         return Engine.from_config(hf_config(model.split(":", 1)[1]), max_batch=max_batch, max_seq=max_seq,
-                                  dtype=dtype, device=device, w4a16=impl == "w4a16", group_size=128, config=config)
+                                  dtype=dtype, device=device, w4a16=impl == "w4a16", group_size=group_size,
+                                  config=config)
     from workbench.models import load_model
     from workbench.quant import QuantConfig, convert_for_runtime, quantize
 
     m, _ = load_model(model, dtype="float32", device="cpu")
     if impl in ("w8a16", "w4a16"):
-        qc = QuantConfig.from_name("rtn_int8_channel_sym" if impl == "w8a16" else "rtn_int4_g128",
-                                   partial_groups=True)
+        qc = (QuantConfig.from_name("rtn_int8_channel_sym") if impl == "w8a16" else
+              QuantConfig.from_name("rtn_int4_g128", group_size=group_size, partial_groups=True))
         m, _ = quantize(m, qc)
     m = m.to(device)
     dtype = torch.float32 if impl == "fp32" else torch.bfloat16
@@ -152,6 +154,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--group-size", type=int, default=128, help="W4A16 group size (RTN; default 128)")
     ap.add_argument("--pdl", choices=("on", "off"), default="on",
                     help="EngineConfig.pdl: programmatic dependent launch of the CUDA kernels (off: an A/B)")
     ap.add_argument("--out", default=None, help="folder for engine_table.json (default: print only)")
@@ -177,7 +180,8 @@ def main(argv=None) -> dict:
            "floor": read_bandwidth(device), "rows": [], "routes": {}}
     for impl in impls:
         t0 = time.perf_counter()
-        eng = build_engine(a.model, impl, device, max(batches), a.context + a.warmup + a.steps + 1, config)
+        eng = build_engine(a.model, impl, device, max(batches), a.context + a.warmup + a.steps + 1, config,
+                           a.group_size)
         build_s = time.perf_counter() - t0
         rows = sorted(set(batches) | {512})
         out["routes"][impl] = {"route_key": eng.route_key(rows),
