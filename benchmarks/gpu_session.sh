@@ -10,6 +10,7 @@
 #   call k (carry .stage/k):  bash benchmarks/gpu_session.sh stage k [command...]
 #   last chunk's call:        bash benchmarks/gpu_session.sh stage N bash benchmarks/gpu_session.sh prep [command...]
 #   later calls:              bash benchmarks/gpu_session.sh run [command...]
+#   the notebooks:            bash benchmarks/gpu_session.sh notebooks [notebook...]   (default: all five)
 # `stage` keeps its chunk outside the repo, `prep` assembles and unpacks everything and installs the wheels; each
 # then runs the optional command in the prepared environment (exports below), so no call is spent idle.
 set -euo pipefail
@@ -46,6 +47,10 @@ case "$mode" in
     python3 -m ipykernel install --user >/dev/null
     python3 -c "import torch, pandas, pyarrow, scipy, plotly, nbclient; print('ready', torch.__version__, torch.cuda.get_device_name())" ;;
   run) ;;
-  *) echo "mode must be pack, stage, prep or run, not $mode" >&2; exit 2 ;;
+  notebooks)  # each notebook headless in a fresh kernel, timed: the executed copies, notebook_times.json, reports.log
+    out=${OUT:-/tmp/wbout}; mkdir -p "$out"; nbs=("$@"); set --
+    [ ${#nbs[@]} -gt 0 ] || nbs=(notebooks/[0-9][0-9]_*.ipynb)
+    python3 -m benchmarks.run_notebooks --out "$out" "${nbs[@]}" 2>&1 | tee -a "$out/reports.log" || true ;;
+  *) echo "mode must be pack, stage, prep, run or notebooks, not $mode" >&2; exit 2 ;;
 esac
 if [ $# -gt 0 ]; then "$@"; fi

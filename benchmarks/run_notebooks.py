@@ -1,4 +1,4 @@
-"""Execute notebooks headless with nbclient and time each one (used by ``benchmarks/gpu_reports.sh``).
+"""Execute notebooks headless with nbclient and time each one (used by ``benchmarks/gpu_session.sh notebooks``).
 
 ``python -m benchmarks.run_notebooks --out DIR notebooks/00_quickstart.ipynb ...`` runs each notebook in a
 fresh ``python3`` kernel (parameters from the environment, as ``make reports`` does), writes the executed
