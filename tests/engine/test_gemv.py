@@ -248,6 +248,23 @@ def test_tune_skips_a_config_with_a_wrong_result(monkeypatch):
         timing.fastest_config(["wrong"], run, [None], torch.ones(4))
 
 
+def test_fastest_config_runs_without_autograd(monkeypatch):
+    """On the H100 (2026-12-07) notebooks 00 and 02 warned "Converting a tensor with requires_grad=True to a scalar"
+    from the tuner: an HF model's weights require grad, so each timed call recorded an autograd graph."""
+    from workbench.kernels import timing
+
+    w = torch.nn.Parameter(torch.ones(4, 4))  # as an HF Linear's weight
+    seen = []
+
+    def run(weight, cfg):
+        seen.append(torch.is_grad_enabled())
+        return weight @ torch.ones(4)
+
+    monkeypatch.setattr(timing, "cuda_graph_ms", lambda fn, inner=20, reps=10: (fn(), 1.0)[1])
+    assert timing.fastest_config(["a"], run, [w], torch.full((4,), 4.0)) == "a"
+    assert seen and not any(seen)
+
+
 @pytest.mark.parametrize("k,pro,cfg", [(576, "rmsnorm", (8, 1024, 1, 4, 1)), (1536, "swiglu", (16, 1024, 1, 8, 1)),
                                        (1536, "none", (16, 1024, 2, 8, 1))])
 def test_wide_tiles_on_narrow_weights_match_hf_order(k, pro, cfg):

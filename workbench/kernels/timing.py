@@ -45,6 +45,7 @@ def cuda_graph_ms(fn, inner: int = 20, reps: int = 10) -> float:
     return statistics.median(ts)
 
 
+@torch.no_grad()
 def fastest_config(configs, run, weights: list, ref: torch.Tensor, timings: dict | None = None,
                    what: str = "kernel"):
     """The fastest of ``configs`` for ``run(weights_i, cfg)`` (a kernel launch returning a tensor),
@@ -52,7 +53,8 @@ def fastest_config(configs, run, weights: list, ref: torch.Tensor, timings: dict
     that L2 holds none, as in a decode step). A configuration whose result differs from ``ref`` by more
     than 1% (relative L2) or that fails to compile or launch is skipped; ``timings`` (optional dict)
     receives ``{cfg: ms}`` (NaN for a wrong result). Raises ``RuntimeError`` if none ran. Needs CUDA;
-    call outside graph capture. Used by the GEMV tuners of :mod:`workbench.kernels.gemv` and
+    call outside graph capture. Runs under ``torch.no_grad()`` (the weights of an HF model require grad; a tuner
+    must not record a graph for autograd). Used by the GEMV tuners of :mod:`workbench.kernels.gemv` and
     :mod:`workbench.kernels.w4a16`."""
     best, best_t = None, float("inf")
     for cfg in configs:
