@@ -38,7 +38,6 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results" / "2026-12-06_vllm_agreement"
 MODEL = Path.home() / ".cache" / "workbench" / "models" / "smollm2-135m"
-DRAFT = Path.home() / ".cache" / "workbench" / "drafts" / "smollm2-135m-layers-16-bfloat16"
 
 
 _START: dict = {}
@@ -72,12 +71,14 @@ def spec(args) -> None:
     target, tok = load_model(str(MODEL), dtype="bfloat16", device="cpu")
     prompts = encode_prompts(tok, load_prompts("spec-bench", n=args.n_prompts, seed=0),
                              max_prompt_tokens=args.max_prompt_tokens)
-    drafts = {}
+    drafts, folders = {}, {}
     for name in args.drafts.split(","):
         if name.startswith("ngram"):
             drafts[name] = make_draft(target, name)[0]
-        else:
-            drafts[name] = load_model(str(DRAFT) if name == "layers-16" else name, dtype="bfloat16", device="cpu")[0]
+        else:  # layers-N: the built-in model's first N layers, saved once as a folder vLLM loads; else a path
+            folders[name] = str(va.layer_draft_folder(MODEL, int(name.split("-")[1])) if name.startswith("layers-")
+                                else name)
+            drafts[name] = load_model(folders[name], dtype="bfloat16", device="cpu")[0]
     args.out.mkdir(parents=True, exist_ok=True)
     for name, draft in drafts.items():
         for temp in [float(t) for t in args.temperatures.split(",")]:
@@ -86,7 +87,7 @@ def spec(args) -> None:
             ps["prompt_id"] = [f"{p}#{r}" for p, r in zip(ps.prompt_id, ps.replica)]
             cfg = SpecConfig(k=args.k, temperature=temp, max_new_tokens=args.max_tokens, seed=args.seed)
             sc = draft.speculative_config(args.k) if name.startswith("ngram") else \
-                va.draft_speculative_config(str(DRAFT) if name == "layers-16" else name, args.k, temp)
+                va.draft_speculative_config(folders[name], args.k, temp)
             out = va.run_vllm(va.vllm_request(str(MODEL), ps, cfg, sc))
             vl = va.vllm_frame(out, ps.prompt_id, args.k)
             t1 = time.time()

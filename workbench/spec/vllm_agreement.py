@@ -214,5 +214,35 @@ def draft_speculative_config(draft_path: str, k: int, temperature: float) -> dic
             "draft_sample_method": "probabilistic" if temperature > 0 else "greedy"}
 
 
-__all__ = ["draft_speculative_config", "greedy_agreement", "run_vllm", "sampled_agreement", "stats_from_steps",
+def layer_draft_folder(model_dir, n_layers: int, dtype: str = "bfloat16", root=None) -> Path:
+    """An HF folder vLLM can load as a draft model: the first ``n_layers`` decoder layers of the model in
+    ``model_dir`` (:func:`workbench.spec.drafts.truncated_draft`) with its tokenizer, saved in ``dtype`` under
+    ``root`` (default ``<workbench cache>/drafts``) as ``<model_dir name>-layers-<n>-<dtype>``; built once (written
+    to a temporary folder, then renamed) and reused. Raises ``ValueError`` for ``n_layers`` outside the model's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.models.builtin import cache_dir
+    from workbench.spec.drafts import truncated_draft
+
+    model_dir = Path(model_dir)
+    root = Path(root) if root is not None else cache_dir() / "drafts"
+    out = root / f"{model_dir.name}-layers-{n_layers}-{dtype}"
+    if (out / "config.json").exists():
+        return out
+    target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    draft = truncated_draft(target, n_layers)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=root))
+    draft.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process built it first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+__all__ = ["draft_speculative_config", "greedy_agreement", "layer_draft_folder", "run_vllm", "sampled_agreement", "stats_from_steps",
            "vllm_frame", "vllm_python", "vllm_request", "workbench_frame"]
