@@ -190,7 +190,7 @@ def main(argv=None) -> dict:
             timed = time_decode(eng, b, a.context, a.warmup, a.steps)
             # the kernels this batch's step ran (after its timing: kernels routed by a measurement show the outcome)
             kernels = "+".join(sorted(set(eng.route_table([b])["kernel"])))
-            r = {"impl": impl, "build_s": build_s, "route_key": eng.route_key(), "kernels": kernels, **timed}
+            r = {"impl": impl, "build_s": build_s, "route_key": eng.route_key(rows), "kernels": kernels, **timed}
             r["floor_ms"] = eng.weight_bytes() / out["floor"]["bw_Bps"] * 1e3
             out["rows"].append(r)
             print(json.dumps(r), flush=True)

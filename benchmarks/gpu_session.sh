@@ -50,7 +50,7 @@ case "$mode" in
   notebooks)  # each notebook headless in a fresh kernel, timed: the executed copies, notebook_times.json, reports.log
     out=${OUT:-/tmp/wbout}; mkdir -p "$out"; nbs=("$@"); set --
     [ ${#nbs[@]} -gt 0 ] || nbs=(notebooks/[0-9][0-9]_*.ipynb)
-    python3 -m benchmarks.run_notebooks --out "$out" "${nbs[@]}" 2>&1 | tee -a "$out/reports.log" || true ;;
+    python3 -m benchmarks.run_notebooks --out "$out" "${nbs[@]}" 2>&1 | tee -a "$out/reports.log" ;;  # fails if one does
   *) echo "mode must be pack, stage, prep, run or notebooks, not $mode" >&2; exit 2 ;;
 esac
 if [ $# -gt 0 ]; then "$@"; fi

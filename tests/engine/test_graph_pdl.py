@@ -31,7 +31,10 @@ def test_engine_config_pdl_reaches_the_kernels_launch_check(monkeypatch):
     seen = []
     monkeypatch.setattr(engine_mod, "forward", lambda *a, **k: seen.append(common.PDL_ENABLED))
     eng = Engine.from_config(TINY, max_batch=1, max_seq=16, device="cpu", config=EngineConfig(pdl=False))
-    eng._pdl = False  # what a CUDA engine holds (a CPU engine leaves the kernel modules alone: None)
+    assert eng._pdl is None  # a CPU engine leaves the kernel modules alone
+    assert engine_mod.launch_pdl(EngineConfig(pdl=False), torch.device("cuda")) is False
+    assert engine_mod.launch_pdl(EngineConfig(), torch.device("cuda", 0)) is True
+    eng._pdl = engine_mod.launch_pdl(eng.engine_config, torch.device("cuda"))  # what __init__ sets on CUDA
     eng._forward(None, None, None, True, False)
     assert seen == [False] and common.PDL_ENABLED is True  # restored after the step
     with pytest.raises(TypeError, match="pdl"):

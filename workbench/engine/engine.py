@@ -55,13 +55,15 @@ class _launch:
         self.pdl, self.value = pdl, max_mt
 
     def __enter__(self):
+        # import both modules before changing either, so a failed import leaves nothing changed
+        common = w4a16_mma = None
         if self.pdl is not None:
             from workbench.kernels import common
-
-            self.old_pdl, common.PDL_ENABLED = common.PDL_ENABLED, self.pdl
         if self.value is not None:
             from workbench.kernels import w4a16_mma
-
+        if common is not None:
+            self.old_pdl, common.PDL_ENABLED = common.PDL_ENABLED, self.pdl
+        if w4a16_mma is not None:
             self.old, w4a16_mma.PDL_MAX_MT = w4a16_mma.PDL_MAX_MT, self.value
 
     def __exit__(self, *exc):
@@ -73,6 +75,12 @@ class _launch:
             from workbench.kernels import common
 
             common.PDL_ENABLED = self.old_pdl
+
+
+def launch_pdl(config: EngineConfig, device: torch.device) -> bool | None:
+    """The launch switch an engine on ``device`` sets around its kernel calls: ``config.pdl`` on CUDA; None on other
+    devices (their steps run no package kernel, so the kernel modules are left alone)."""
+    return config.pdl if torch.device(device).type == "cuda" else None
 
 
 def default_w4a16_backend(device: torch.device) -> str:
@@ -134,15 +142,16 @@ class Engine:
             raise ValueError(f"max_batch={max_batch} and max_seq={max_seq} must be >= 1")
         self.spec, self.w, self.dtype, self.device = spec, weights, dtype, device
         self.engine_config = config or EngineConfig()  # the kernels routing may choose (route_table says which)
-        self._pdl = self.engine_config.pdl if device.type == "cuda" else None  # set around each step (_launch)
+        self._pdl = launch_pdl(self.engine_config, device)  # set around each step, capture and tuning (_launch)
         self.tuning: dict = {}  # route measurements of this engine's matmuls (dense-mma / w4a16-mma vs the others)
         for m in _leaves(weights.matmuls()):
             if hasattr(m, "tuning"):
                 m.tuning, m.engine_config = self.tuning, self.engine_config
-        for m in weights.matmuls():  # tune the plain INT4 GEMVs now, not inside the first (timed) step (the
-            # fused one-row variants: when the fused path is turned on, workbench.engine.dispatch.build)
-            if hasattr(m, "warmup"):
-                m.warmup(max_batch)
+        with _launch(self._pdl):  # tunings are timed as the steps will launch (EngineConfig.pdl)
+            for m in weights.matmuls():  # tune the plain INT4 GEMVs now, not inside the first (timed) step (the
+                # fused one-row variants: when the fused path is turned on, workbench.engine.dispatch.build)
+                if hasattr(m, "warmup"):
+                    m.warmup(max_batch)
         self.config = hf_config  # the HF config (RoPE parameters); engines may share weights
         self.vocab_size = spec.vocab
         self.max_batch, self.max_seq = max_batch, max_seq
@@ -177,7 +186,8 @@ class Engine:
         self.decode_attention = _decode_attention_kernel(device, spec.head_dim) if self.kvq is None else None
         # steps of few rows: matmuls with the small operations fused in (None = the unfused path)
         self.fused: dispatch.FusedMatmuls | None = None
-        self.set_fused_gemv(device.type == "cuda" and self.engine_config.enabled("triton-gemv"))
+        with _launch(self._pdl):
+            self.set_fused_gemv(device.type == "cuda" and self.engine_config.enabled("triton-gemv"))
 
     @property
     def gemv1(self):

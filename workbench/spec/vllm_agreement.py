@@ -217,30 +217,27 @@ def draft_speculative_config(draft_path: str, k: int, temperature: float) -> dic
 def layer_draft_folder(model_dir, n_layers: int, dtype: str = "bfloat16", root=None) -> Path:
     """An HF folder vLLM can load as a draft model: the first ``n_layers`` decoder layers of the model in
     ``model_dir`` (:func:`workbench.spec.drafts.truncated_draft`) with its tokenizer, saved in ``dtype`` under
-    ``root`` (default ``<workbench cache>/drafts``) as ``<model_dir name>-layers-<n>-<dtype>``; built once (written
-    to a temporary folder, then renamed) and reused. Raises ``ValueError`` for ``n_layers`` outside the model's."""
+    ``root`` (default ``<workbench cache>/drafts``) as ``<model_dir name>-layers-<n>-<dtype>``. Built once through
+    :func:`workbench.models.hf.save_folder` (a temporary folder renamed into place, with its provenance file written
+    last) and reused only when that provenance file names this build; an incomplete or foreign folder is rebuilt.
+    Raises ``ValueError`` for ``n_layers`` outside the model's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from workbench.models.builtin import cache_dir
+    from workbench.models.hf import PROVENANCE_FILE, save_folder
     from workbench.spec.drafts import truncated_draft
 
     model_dir = Path(model_dir)
     root = Path(root) if root is not None else cache_dir() / "drafts"
     out = root / f"{model_dir.name}-layers-{n_layers}-{dtype}"
-    if (out / "config.json").exists():
-        return out
-    target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
-    draft = truncated_draft(target, n_layers)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=root))
-    draft.save_pretrained(tmp)
-    AutoTokenizer.from_pretrained(model_dir).save_pretrained(tmp)
+    prov = {"draft": f"layers-{n_layers}", "of": str(model_dir.resolve()), "dtype": dtype}
     try:
-        tmp.rename(out)
-    except OSError:  # another process built it first
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
+        if json.loads((out / PROVENANCE_FILE).read_text()) == prov:
+            return out
+    except (OSError, ValueError):
+        pass
+    target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    save_folder(truncated_draft(target, n_layers), AutoTokenizer.from_pretrained(model_dir), out, prov)
     return out
 
 
