@@ -108,25 +108,6 @@ def build_engine(model: str, impl: str, device: torch.device, max_batch: int, ma
     return convert_for_runtime(m, max_batch=max_batch, max_seq=max_seq, dtype=dtype, device=device, config=config)
 
 
-def tuned_choices() -> dict:
-    """What the CUDA tuners chose in this process (shape key -> configuration) per kernel module, for the route
-    table's ``config`` detail: which variants of a kernel the timings ran."""
-    import importlib
-
-    out = {}
-    for mod, names in (("w4a16_mma", ("_BEST", "_DENSE_BEST")), ("rows", ("_BEST",)), ("gemv", ("_BEST",)),
-                       ("w4a16", ("_BEST",))):
-        try:
-            m = importlib.import_module(f"workbench.kernels.{mod}")
-        except ImportError:  # a kernel module removed, or triton missing
-            continue
-        for name in names:
-            d = getattr(m, name, None)
-            if d:
-                out[f"{mod}.{name}"] = {str(k): str(v) for k, v in d.items()}
-    return out
-
-
 def time_decode(eng, batch: int, context: int, warmup: int, steps: int) -> dict:
     """ms per decode step of ``batch`` rows after a ``context``-token prompt in each slot."""
     dev = eng.device
@@ -160,6 +141,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=None, help="folder for engine_table.json (default: print only)")
     a = ap.parse_args(argv)
     from workbench.engine import EngineConfig
+    from workbench.kernels.timing import tuned_configs
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -197,7 +179,7 @@ def main(argv=None) -> dict:
         # route table again after the timings, for the kernels chosen by a measurement at each batch
         out["routes"][impl]["route_table_after"] = eng.route_table(rows).to_dict("records")
         if device.type == "cuda":
-            out["routes"][impl]["tuned"] = tuned_choices()
+            out["routes"][impl]["tuned"] = tuned_configs()
         del eng
         if device.type == "cuda":
             torch.cuda.empty_cache()

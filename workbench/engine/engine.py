@@ -55,26 +55,19 @@ class _launch:
         self.pdl, self.value = pdl, max_mt
 
     def __enter__(self):
-        # import both modules before changing either, so a failed import leaves nothing changed
-        common = w4a16_mma = None
-        if self.pdl is not None:
-            from workbench.kernels import common
-        if self.value is not None:
-            from workbench.kernels import w4a16_mma
-        if common is not None:
-            self.old_pdl, common.PDL_ENABLED = common.PDL_ENABLED, self.pdl
-        if w4a16_mma is not None:
-            self.old, w4a16_mma.PDL_MAX_MT = w4a16_mma.PDL_MAX_MT, self.value
+        self.saved = []
+        if self.pdl is None and self.value is None:  # a CPU step: the kernel modules are not even imported
+            return
+        from workbench.kernels import common, w4a16_mma  # both imported before either is changed
+
+        for m, name, v in ((common, "PDL_ENABLED", self.pdl), (w4a16_mma, "PDL_MAX_MT", self.value)):
+            if v is not None:
+                self.saved.append((m, name, getattr(m, name)))
+                setattr(m, name, v)
 
     def __exit__(self, *exc):
-        if self.value is not None:
-            from workbench.kernels import w4a16_mma
-
-            w4a16_mma.PDL_MAX_MT = self.old
-        if self.pdl is not None:
-            from workbench.kernels import common
-
-            common.PDL_ENABLED = self.old_pdl
+        for m, name, old in reversed(self.saved):
+            setattr(m, name, old)
 
 
 def launch_pdl(config: EngineConfig, device: torch.device) -> bool | None:

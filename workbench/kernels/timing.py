@@ -77,3 +77,24 @@ def fastest_config(configs, run, weights: list, ref: torch.Tensor, timings: dict
     if best is None:
         raise RuntimeError(f"no {what} configuration ran")
     return best
+
+
+def tuned_configs() -> dict:
+    """What the CUDA tuners of this process chose, per kernel module: ``{"<module>.<cache>": {str(shape key):
+    str(configuration)}}`` from the per-shape caches of :mod:`~workbench.kernels.w4a16_mma` (``_BEST``,
+    ``_DENSE_BEST``), :mod:`~workbench.kernels.rows`, :mod:`~workbench.kernels.gemv` and
+    :mod:`~workbench.kernels.w4a16` (empty caches and modules that do not import, e.g. without triton, are left
+    out). For provenance: which variant of a kernel a timing ran (``benchmarks/engine_table.py`` records it)."""
+    import importlib
+
+    out = {}
+    for mod, names in (("w4a16_mma", ("_BEST", "_DENSE_BEST")), ("rows", ("_BEST",)), ("gemv", ("_BEST",)),
+                       ("w4a16", ("_BEST",))):
+        try:
+            m = importlib.import_module(f"workbench.kernels.{mod}")
+        except ImportError:
+            continue
+        for name in names:
+            if d := getattr(m, name, None):
+                out[f"{mod}.{name}"] = {str(k): str(v) for k, v in d.items()}
+    return out

@@ -175,8 +175,8 @@ def _timing(config: Config, res, prompt, store, clock):
 
     alpha = _measured_alpha(res.points)
     tmodel, _ = load_model(config.timing_shape, dtype=config.dtype, device=config.device)
-    draft, dprov = load_model(config.timing_draft, dtype=config.dtype, device=config.device)
-    match_vocab(draft, tmodel, random_weights=dprov.get("weights") == "random")
+    draft, _ = load_model(config.timing_draft, dtype=config.dtype, device=config.device)
+    match_vocab(draft, tmodel)
     try:
         cfg = config.stack_config(config.timing_shape, alpha=alpha, draft=config.timing_draft)
         return run_stack(tmodel, draft, cfg, prompt, device=config.device, clock=clock,
@@ -186,20 +186,22 @@ def _timing(config: Config, res, prompt, store, clock):
         torch.cuda.empty_cache()
 
 
-def match_vocab(draft, target, random_weights: bool) -> None:
+def match_vocab(draft, target) -> None:
     """Pad (or cut) a random-weight ``draft``'s embedding and LM head, in place, to ``target``'s vocabulary size.
 
     Real pairs share one tokenizer but not always one embedding size: Qwen2-0.5B has 151,936 rows and Qwen2-7B
     152,064 (padding rows no token maps to), so speculative decoding's check (one vocabulary, ``vocab_size``) refuses
     the timing shapes' pair. The timing pair has random weights and a synthetic acceptance, so resizing the draft
     (``transformers``' ``resize_token_embeddings``, which keeps tied weights tied) changes its LM head's cost by
-    128 rows of 151,936 (0.08%) and nothing else. ``draft``, ``target``: HF causal LMs (``config.vocab_size``);
-    ``random_weights``: the draft's weights are random (``load_model``'s provenance ``weights == "random"``).
-    Raises ``ValueError`` for a draft with real weights, whose vocabulary must match as it is."""
+    128 rows of 151,936 (0.08%) and nothing else. ``draft``, ``target``: HF causal LMs (``config.vocab_size``).
+    Raises ``ValueError`` for a draft with real weights (not :func:`workbench.models.is_random`), whose vocabulary
+    must match as it is."""
+    from workbench.models import is_random
+
     n = int(target.config.vocab_size)
     if int(draft.config.vocab_size) == n:
         return
-    if not random_weights:
+    if not is_random(draft):
         raise ValueError(f"draft vocab_size {draft.config.vocab_size} != target's {n}: pick a draft of the "
                          "target's tokenizer and embedding size (only random-weight timing drafts are resized)")
     draft.resize_token_embeddings(n, mean_resizing=False)
